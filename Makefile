@@ -1,0 +1,55 @@
+# probescope: `make demo` runs the main job on a built-in demo target, `make test` runs every test.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, the QEMU guest).
+TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev qemu-system-x86 busybox-static cpio xz-utils
+# Peers the benchmarks measure probescope against.
+BENCH_PACKAGES := trace-cmd bpftrace ltrace linux-perf gdb
+
+.PHONY: test demo lint bench test-vm venv system-deps bench-deps clean
+
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.stamp
+
+define apt_install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+endef
+
+system-deps:
+	$(call apt_install,$(TEST_PACKAGES))
+
+bench-deps: system-deps
+	$(call apt_install,$(BENCH_PACKAGES))
+
+test: system-deps venv
+	$(VENV)/bin/ruff check src tests bench
+	$(PY) -m pytest -q
+
+test-vm: system-deps venv
+	$(PY) -m pytest -q -m vm tests/vm
+
+lint: venv
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+
+demo: system-deps venv
+	$(MAKE) -C demo
+	$(PY) -m probescope resolve -v demo/build/demo_loop:func_1 'r:demo/build/demo_loop:func_2 ret=$$retval:s32' 'demo/build/demo_loop:func_2 a=arg1:s32 b=arg2:s32'
+
+bench: bench-deps venv
+	$(PY) bench/bench_symbols.py
+
+clean:
+	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

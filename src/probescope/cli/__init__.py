@@ -1,0 +1,1 @@
+"""The `probescope` command: thin argument handling over the Python API."""

@@ -1,0 +1,78 @@
+"""The one record every engine emits (Event) and the bulk container (EventBatch).
+
+An Event points at a shared EventType that holds what is the same for every hit of one event
+(group, name, kind, argument names and types), so a hit costs one small tuple.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from probescope.spec.model import ArgType, ProbeKind
+
+
+@dataclass(frozen=True, eq=False)
+class EventType:
+    """What all hits of one event share. Identity matters: engines create one per event."""
+
+    group: str
+    name: str
+    kind: ProbeKind
+    arg_names: tuple[str, ...] = ()
+    arg_types: tuple[ArgType, ...] = ()
+    system: str | None = None  # tracepoints: the events/ subsystem, which is the group
+    fields: tuple[str, ...] = field(default=(), compare=False)
+
+
+class Event(NamedTuple):
+    """One hit of one probe.
+
+    `ip` is the probed address for entries and the function address for returns; `ret_ip` is
+    the return address in the caller (returns only). `args` holds decoded values in spec order:
+    int for integer types, str for strings (None when the read faulted), tuple for arrays.
+    `flags` and `preempt_count` are the kernel's `common_flags`/`common_preempt_count`.
+    """
+
+    timestamp_ns: int
+    cpu: int
+    pid: int
+    tid: int
+    comm: str
+    type: EventType
+    ip: int = 0
+    ret_ip: int | None = None
+    args: tuple[Any, ...] = ()
+    flags: int = 0
+    preempt_count: int = 0
+
+    @property
+    def group(self) -> str:
+        return self.type.group
+
+    @property
+    def name(self) -> str:
+        return self.type.name
+
+    @property
+    def kind(self) -> ProbeKind:
+        return self.type.kind
+
+    def arg(self, name: str) -> Any:
+        return self.args[self.type.arg_names.index(name)]
+
+    def arg_dict(self) -> dict[str, Any]:
+        return dict(zip(self.type.arg_names, self.args, strict=False))
+
+
+@dataclass
+class EventBatch:
+    """Events decoded together (one ring-buffer page, one ptrace wakeup), in time order,
+    with the count of events the source lost just before them."""
+
+    events: list[Event]
+    lost: int = 0
+    cpu: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.events)

@@ -1,0 +1,67 @@
+"""Per-architecture facts the probe language needs: register names and the function-call ABI."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Register names as `regs_query_register_offset` knows them, and the SysV/AAPCS ABI."""
+
+    name: str
+    registers: frozenset[str]
+    arg_registers: tuple[str, ...]
+    return_register: str
+    stack_pointer: str
+    instruction_pointer: str
+    breakpoint_size: int
+    long_size: int = 8
+
+    def arg_register(self, index: int) -> str | None:
+        """The register holding the 1-based `index`th integer argument, if it is in a register."""
+        if 1 <= index <= len(self.arg_registers):
+            return self.arg_registers[index - 1]
+        return None
+
+
+X86_64 = Arch(
+    name="x86_64",
+    registers=frozenset(
+        [f"r{n}" for n in range(8, 16)]
+        + ["bx", "cx", "dx", "si", "di", "bp", "ax", "orig_ax", "ip", "cs", "flags", "sp", "ss"]
+    ),
+    arg_registers=("di", "si", "dx", "cx", "r8", "r9"),
+    return_register="ax",
+    stack_pointer="sp",
+    instruction_pointer="ip",
+    breakpoint_size=1,
+)
+
+ARM64 = Arch(
+    name="aarch64",
+    registers=frozenset([f"x{n}" for n in range(31)] + ["lr", "sp", "pc", "pstate"]),
+    arg_registers=tuple(f"x{n}" for n in range(8)),
+    return_register="x0",
+    stack_pointer="sp",
+    instruction_pointer="pc",
+    breakpoint_size=4,
+)
+
+ARCHES = {"x86_64": X86_64, "amd64": X86_64, "aarch64": ARM64, "arm64": ARM64}
+
+
+def host_arch() -> Arch:
+    machine = platform.machine()
+    return ARCHES.get(machine, X86_64)
+
+
+# Friendly spellings users bring from assemblers and other tracers, mapped to kernel names.
+X86_64_REGISTER_ALIASES = {
+    **{f"r{r}": r for r in ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip")},
+    **{f"e{r}": r for r in ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip")},
+    "rflags": "flags",
+    "eflags": "flags",
+    "pc": "ip",
+}

@@ -1,0 +1,1 @@
+"""Turns names into places: binaries, ELF symbols, debug info and uprobe file offsets."""
