@@ -1,0 +1,1 @@
+"""Shared test helpers: compiling C targets, tracefs availability, leftover checks."""
