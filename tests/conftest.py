@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from support.build import compile_program  # noqa: E402
-from support.tracefs import skip_reason  # noqa: E402
+from support.build import compile_program
+from support.tracefs import skip_reason
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,4 +1,4 @@
-"""The one exception hierarchy: every error probescope raises on purpose derives from ProbescopeError."""
+"""The one exception hierarchy: every error probescope raises on purpose derives from it."""
 
 from __future__ import annotations
 

@@ -100,8 +100,8 @@ def is_good_name(name: str) -> bool:
 
 
 def is_good_system_name(name: str) -> bool:
-    """Like is_good_name, but `-` is allowed after the first character (group names)."""
-    if not name or not (name[0] == "_" or (name[0].isascii() and name[0].isalpha())):
+    """Group names: like is_good_name, but `-` is allowed anywhere (verified on 6.18)."""
+    if not name or not (name[0] in "_-" or (name[0].isascii() and name[0].isalpha())):
         return False
     return all(c in "_-" or (c.isascii() and c.isalnum()) for c in name[1:])
 

@@ -1,0 +1,523 @@
+"""FETCHARG parsing: `[NAME=]FETCHARG[:TYPE]` exactly as `traceprobe_parse_probe_arg` accepts it.
+
+The kernel's order of checks, its integer parsers and its 16-slot fetch program are emulated so
+that probescope accepts precisely what the running kernel accepts (tests diff against it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from probescope.errors import SpecError
+from probescope.spec.arch import X86_64_REGISTER_ALIASES, Arch
+from probescope.spec.kernel_numbers import (
+    is_ascii_digit,
+    is_good_name,
+    kstrtol,
+    kstrtouint,
+    kstrtoul,
+    simple_strtoul,
+)
+from probescope.spec.model import (
+    ArgType,
+    Comm,
+    Dereference,
+    EventField,
+    Fetch,
+    FetchArg,
+    FileOffset,
+    FunctionArg,
+    Immediate,
+    ImmediateString,
+    KernelSymbol,
+    Memory,
+    Register,
+    ReturnValue,
+    StackEntry,
+    StackPointer,
+)
+
+MAX_ARG_NAME_LEN = 32
+MAX_ARGSTR_LEN = 63
+MAX_ARRAY_LEN = 64
+MAX_TRACE_ARGS = 128
+FETCH_INSN_MAX = 16
+PARAM_MAX_STACK = 2048  # THREAD_SIZE (16 KiB on x86_64/arm64) / sizeof(long)
+RESERVED_FIELD_NAMES = frozenset(
+    {
+        "common_type",
+        "common_flags",
+        "common_preempt_count",
+        "common_pid",
+        "common_tgid",
+        "__probe_ip",
+        "__probe_ret_ip",
+        "__probe_func",
+    }
+)
+
+_BASIC_TYPES: dict[str, tuple[int, bool]] = {
+    **{f"u{b}": (b // 8, False) for b in (8, 16, 32, 64)},
+    **{f"s{b}": (b // 8, True) for b in (8, 16, 32, 64)},
+    **{f"x{b}": (b // 8, False) for b in (8, 16, 32, 64)},
+    "char": (1, False),
+    "symbol": (8, False),
+    "string": (4, False),
+    "ustring": (4, False),
+    "symstr": (4, False),
+}
+TYPE_NAMES = tuple(_BASIC_TYPES)
+
+
+@dataclass(frozen=True)
+class ParseFlags:
+    """The kernel's TPARG_FL_* for one probe: where the probe sits decides what args may do."""
+
+    user: bool = True  # TPARG_FL_USER (uprobe) vs TPARG_FL_KERNEL
+    is_return: bool = False  # TPARG_FL_RETURN
+    function_entry: bool = False  # TPARG_FL_FENTRY (kprobe on a function's first byte)
+    trace_event: bool = False  # TPARG_FL_TEVENT (eprobe)
+
+    @property
+    def kernel(self) -> bool:
+        return not self.user
+
+    @property
+    def args_available(self) -> bool:
+        """$argN: kernel function entry, or (newer kernels) a kernel function return."""
+        return self.kernel and (self.function_entry or self.is_return) and not self.trace_event
+
+
+class _Slots:
+    """The kernel's fixed fetch_insn array: index of the current instruction, bounded by END."""
+
+    END = FETCH_INSN_MAX - 1
+
+    def __init__(self) -> None:
+        self.index = 0
+
+    def advance(self) -> bool:
+        """`++code == end`: False when the program is full."""
+        self.index += 1
+        return self.index != self.END
+
+
+@dataclass
+class _Context:
+    spec: str
+    column: int  # column in `spec` of the start of the current argument body
+    flags: ParseFlags
+    arch: Arch
+
+    def error(self, message: str, offset: int = 0, hint: str | None = None) -> SpecError:
+        return SpecError(message, spec=self.spec, column=self.column + offset, hint=hint)
+
+
+def parse_type(text: str | None, flags: ParseFlags) -> tuple[str, int, bool] | None:
+    """`find_fetch_type`: (base type name, size, signed) or None when the kernel says BAD_TYPE."""
+    if text is not None and flags.user and text in ("symbol", "symstr"):
+        return None
+    if text is None:
+        text = "x64"
+    if text.startswith("b"):
+        slash = text.find("/")
+        if slash < 0:
+            return None
+        container = kstrtoul(text[slash + 1 :])
+        if container not in (8, 16, 32, 64):
+            return None
+        return f"u{container}", container // 8, False
+    found = _BASIC_TYPES.get(text)
+    return (text, *found) if found else None
+
+
+def _parse_bitfield(text: str, size: int) -> tuple[int, int, int] | None:
+    """`__parse_bitfield_probe_arg`: (width, offset, container bits) or None (BAD_BITFIELD)."""
+    width, n = simple_strtoul(text[1:])
+    rest = text[1 + n :]
+    if width == 0 or rest[:1] != "@":
+        return None
+    offset, m = simple_strtoul(rest[1:])
+    if m == 0 or rest[1 + m : 2 + m] != "/":
+        return None
+    bits = size * 8
+    if bits < width + offset:
+        return None
+    return width, offset, bits
+
+
+def _register_hint(name: str, arch: Arch) -> str | None:
+    if arch.name == "x86_64":
+        kernel_name = X86_64_REGISTER_ALIASES.get(name)
+        if kernel_name:
+            return f"the kernel names x86_64 registers without a size prefix: write %{kernel_name}"
+    if name.startswith("r") or name.startswith("e"):
+        return None
+    known = ", ".join(sorted(arch.registers))
+    return f"{arch.name} registers: {known}"
+
+
+class _FetchParser:
+    """`parse_probe_arg`: one recursive descent over the fetch text, counting program slots."""
+
+    def __init__(self, ctx: _Context) -> None:
+        self.ctx = ctx
+        self.slots = _Slots()
+
+    def parse(self, arg: str, offset: int) -> tuple[Fetch, str]:
+        """Returns the fetch and its kernel op class (for the store checks of the caller)."""
+        ctx = self.ctx
+        flags = ctx.flags
+        head = arg[:1]
+        if head == "$":
+            return self._parse_var(arg, offset)
+        if head == "%":
+            if flags.trace_event:
+                raise ctx.error(
+                    f"registers are not available in event probes: {arg!r}",
+                    offset,
+                    hint="event probes fetch the attached event's fields as $FIELD",
+                )
+            name = arg[1:]
+            if name not in ctx.arch.registers:
+                raise ctx.error(
+                    f"invalid register name {arg!r}", offset, hint=_register_hint(name, ctx.arch)
+                )
+            return Register(name), "reg"
+        if head == "@":
+            return self._parse_memory(arg, offset)
+        if head in ("+", "-"):
+            return self._parse_deref(arg, offset)
+        if head == "\\":
+            if arg[1:2] == '"':
+                body = arg[2:]
+                if body[-1:] != '"':
+                    raise ctx.error(
+                        f"immediate string is not closed with '\"': {arg!r}",
+                        offset + 2 + len(body),
+                        hint='write \\"text" with the closing quote at the end of the argument',
+                    )
+                return ImmediateString(body[:-1]), "data"
+            value = _immediate(arg[1:])
+            if value is None:
+                raise ctx.error(
+                    f"invalid immediate value {arg!r}",
+                    offset + 1,
+                    hint="immediates are \\123, \\0x7b, \\-5 (decimal, 0x hex, leading 0 octal)",
+                )
+            return Immediate(value), "imm"
+        if head and (head == "_" or (head.isascii() and head.isalpha())):
+            if not (flags.kernel and (flags.function_entry or flags.is_return)):
+                hint = None
+                if flags.user:
+                    hint = "uprobes cannot name variables; fetch registers (%di) or memory"
+                raise ctx.error(
+                    f"{arg!r}: BTF variables are not available on this probe", offset, hint=hint
+                )
+            raise ctx.error(
+                f"{arg!r}: BTF argument names need the kernel's BTF and are not supported "
+                "by probescope",
+                offset,
+                hint="use $argN for function arguments",
+            )
+        raise ctx.error(f"invalid fetch argument {arg!r}", offset, hint=_FETCHARG_HINT)
+
+    def _parse_var(self, arg: str, offset: int) -> tuple[Fetch, str]:
+        ctx = self.ctx
+        flags = ctx.flags
+        name = arg[1:]
+        if flags.trace_event:
+            if name in ("comm", "COMM"):
+                return Comm(name), "comm"
+            if not is_good_name(name):
+                raise ctx.error(f"invalid event field {arg!r}", offset)
+            return EventField(name), "tp_arg"
+        if name.startswith("retval"):
+            if not flags.is_return:
+                raise ctx.error(
+                    "$retval is not available on an entry probe",
+                    offset,
+                    hint="use a return probe (r:... or %return) to read $retval",
+                )
+            return ReturnValue(), "retval"
+        if name.startswith("stack"):
+            rest = name[5:]
+            if rest == "":
+                return StackPointer(), "stackp"
+            if is_ascii_digit(rest[:1]):
+                index = kstrtoul(rest, 10)
+                if index is None:
+                    raise ctx.error(f"invalid $-variable {arg!r}", offset)
+                if flags.kernel and index > PARAM_MAX_STACK:
+                    raise ctx.error(f"invalid stack number in {arg!r}", offset)
+                return StackEntry(index), "stack"
+            raise ctx.error(f"invalid $-variable {arg!r}", offset, hint=_VARS_HINT)
+        if name in ("comm", "COMM"):
+            return Comm(name), "comm"
+        if name.startswith("arg"):
+            number = kstrtoul(name[3:], 10)
+            if number is None:
+                raise ctx.error(f"invalid $-variable {arg!r}", offset, hint=_VARS_HINT)
+            if number == 0 or number > PARAM_MAX_STACK:
+                raise ctx.error(
+                    f"invalid argument number in {arg!r}", offset, hint="$argN counts from $arg1"
+                )
+            if not flags.args_available:
+                hint = None
+                if flags.user:
+                    regs = " ".join(f"%{r}" for r in ctx.arch.arg_registers)
+                    hint = (
+                        f"uprobes have no $argN: read the ABI registers ({regs}), "
+                        f"or use the friendly form arg{number}"
+                    )
+                raise ctx.error(
+                    "$arg* can be used only on function entry or exit", offset, hint=hint
+                )
+            return FunctionArg(number), "arg"
+        raise ctx.error(f"invalid $-variable {arg!r}", offset, hint=_VARS_HINT)
+
+    def _parse_memory(self, arg: str, offset: int) -> tuple[Fetch, str]:
+        ctx = self.ctx
+        fetch: Fetch
+        if is_ascii_digit(arg[1:2]):
+            address = kstrtoul(arg[1:])
+            if address is None:
+                raise ctx.error(f"invalid memory address {arg!r}", offset)
+            fetch = Memory(address)
+        elif arg[1:2] == "+":
+            if ctx.flags.kernel:
+                raise ctx.error(f"file offsets are not available with kprobes: {arg!r}", offset)
+            file_offset = kstrtol(arg[2:])
+            if file_offset is None:
+                raise ctx.error(f"invalid file offset value {arg!r}", offset)
+            fetch = FileOffset(file_offset)
+        else:
+            if ctx.flags.user:
+                raise ctx.error(
+                    f"symbols are not available with uprobes: {arg!r}",
+                    offset,
+                    hint="uprobes take @ADDR (absolute) or @+OFFSET (offset in the probed file)",
+                )
+            symbol = arg[1:]
+            split = next((i for i, c in enumerate(symbol) if c in "+-"), -1)
+            sym_offset: int | None = 0
+            if split >= 0:
+                sym_offset = kstrtol(symbol[split:])
+                if sym_offset is None:
+                    raise ctx.error(f"invalid symbol offset in {arg!r}", offset + 1 + split)
+                symbol = symbol[:split]
+            fetch = KernelSymbol(symbol, sym_offset)
+            if not self.slots.advance():
+                raise ctx.error("dereference is too much nested", offset)
+        if not self.slots.advance():
+            raise ctx.error("dereference is too much nested", offset)
+        return fetch, "deref"
+
+    def _parse_deref(self, arg: str, offset: int) -> tuple[Fetch, str]:
+        ctx = self.ctx
+        user = arg[1:2] == "u"
+        text = arg[0] + arg[2:] if user else arg
+        if text[:1] == "+":
+            text = text[1:]
+        paren = text.find("(")
+        if paren < 0:
+            raise ctx.error(
+                f"dereference needs a brace: {arg!r}", offset, hint="write +OFFSET(FETCHARG)"
+            )
+        deref_offset = kstrtol(text[:paren])
+        if deref_offset is None:
+            raise ctx.error(f"invalid dereference offset in {arg!r}", offset)
+        inner_offset = offset + paren + 1 + (1 if text[:1] != "-" else 0)
+        inner = text[paren + 1 :]
+        close = inner.rfind(")")
+        if close < 0:
+            raise ctx.error(
+                f"dereference is not closed: {arg!r}",
+                inner_offset + len(inner),
+                hint="add the closing ')'",
+            )
+        base, op = self.parse(inner[:close], inner_offset)
+        if op in ("comm", "data"):
+            raise ctx.error("$comm and immediate strings can not be dereferenced", inner_offset)
+        if not self.slots.advance():
+            raise ctx.error(
+                "dereference is too much nested",
+                inner_offset,
+                hint=f"the kernel allows at most {FETCH_INSN_MAX - 4} nested dereferences",
+            )
+        return Dereference(deref_offset, base, user), "uderef" if user else "deref"
+
+
+_FETCHARG_HINT = (
+    "a fetcharg is %REG, @ADDR, @+OFFSET, $stackN, $stack, $retval, $comm, "
+    '+|-OFFS(FETCHARG), \\IMM or \\"STRING"'
+)
+_VARS_HINT = "$-variables are $stack, $stackN, $retval, $comm and (kernel probes) $argN"
+
+
+def _immediate(text: str) -> int | None:
+    """`str_to_immediate`, as the unsigned long the kernel stores."""
+    head = text[:1]
+    if is_ascii_digit(head):
+        return kstrtoul(text)
+    if head == "-":
+        value = kstrtol(text)
+    elif head == "+":
+        value = kstrtol(text[1:])
+    else:
+        return None
+    return None if value is None else value & ((1 << 64) - 1)
+
+
+def parse_fetcharg(
+    text: str,
+    index: int,
+    *,
+    flags: ParseFlags,
+    arch: Arch,
+    spec: str | None = None,
+    column: int = 0,
+    used_names: frozenset[str] = frozenset(),
+) -> FetchArg:
+    """Parse one `[NAME=]FETCHARG[:TYPE]` (0-based `index` among the probe's args).
+
+    `spec`/`column` place the argument inside the whole definition for error carets.
+    """
+    ctx = _Context(spec if spec is not None else text, column, flags, arch)
+    equals = text.find("=")
+    named = equals >= 0
+    if named:
+        if equals > MAX_ARG_NAME_LEN:
+            raise ctx.error(
+                f"argument name {text[:equals]!r} is too long",
+                hint=f"names have at most {MAX_ARG_NAME_LEN} characters",
+            )
+        if equals == 0:
+            raise ctx.error("argument name is not specified before '='")
+        name = text[:equals]
+        body = text[equals + 1 :]
+    else:
+        name = f"arg{index + 1}"
+        body = text
+    if not is_good_name(name):
+        raise ctx.error(
+            f"argument name {name!r} must follow the rules of C identifiers",
+            hint="use letters, digits and '_', not starting with a digit",
+        )
+    if name in RESERVED_FIELD_NAMES or name in used_names:
+        hint = "give the argument a distinct NAME=" if not named else None
+        raise ctx.error(f"argument name {name!r} is already used", hint=hint)
+    body_offset = equals + 1 if named else 0
+    ctx.column = column + body_offset
+    if len(body) > MAX_ARGSTR_LEN:
+        raise ctx.error(
+            f"argument expression is too long ({len(body)} > {MAX_ARGSTR_LEN} characters)"
+        )
+    if not body:
+        raise ctx.error("no argument expression after '='")
+
+    fetch_text, type_text, count = _split_type(body, ctx)
+    type_offset = len(fetch_text) + 1 if type_text is not None else 0
+    is_string_source = not flags.trace_event and (
+        fetch_text in ("$comm", "$COMM") or fetch_text.startswith('\\"')
+    )
+    if is_string_source:
+        if count or (type_text is not None and type_text != "string"):
+            raise ctx.error(
+                "$comm and immediate strings only accept the string type",
+                type_offset,
+                hint=f"write {fetch_text}:string or leave the type out",
+            )
+        base = parse_type("string", flags)
+    else:
+        base = parse_type(type_text, flags)
+    if base is None:
+        hint = "types: u8..u64, s8..s64, x8..x64, char, string, ustring, b<w>@<o>/<c>, TYPE[N]"
+        if flags.user and type_text in ("symbol", "symstr"):
+            hint = "symbol and symstr resolve kernel addresses; they are for kprobes only"
+        raise ctx.error(f"unknown type {type_text!r}", type_offset, hint=hint)
+    base_name, size, signed = base
+
+    parser = _FetchParser(ctx)
+    fetch, op = parser.parse(fetch_text, 0)
+    slots = parser.slots
+    is_string = base_name in ("string", "ustring", "symstr")
+    bitfield = None
+    if is_string:
+        if base_name == "symstr":
+            if op not in ("reg", "stack", "retval", "arg", "deref", "tp_arg"):
+                raise ctx.error("symstr doesn't accept data or user data", type_offset)
+        elif op not in ("deref", "uderef", "imm", "comm", "data", "tp_arg"):
+            raise ctx.error(
+                f"string accepts only memory arguments: {fetch_text!r} is not one",
+                type_offset,
+                hint=f"dereference it: +0({fetch_text}):{type_text}",
+            )
+        if (
+            base_name == "symstr" or op in ("imm", "comm", "data", "tp_arg") or count
+        ) and not slots.advance():
+            raise ctx.error("dereference is too much nested")
+        store = "symstr" if base_name == "symstr" else "string"
+    elif op in ("deref", "uderef"):
+        store = "mem"
+    else:
+        if not slots.advance():
+            raise ctx.error("dereference is too much nested")
+        store = "raw"
+    if type_text is not None and type_text.startswith("b"):
+        bitfield = _parse_bitfield(type_text, size)
+        if bitfield is None or not slots.advance():
+            raise ctx.error(
+                f"invalid bitfield {type_text!r}",
+                type_offset,
+                hint="write b<width>@<bit offset>/<container size 8|16|32|64>, width+offset "
+                "within the container",
+            )
+    if count:
+        if store not in ("mem", "string"):
+            raise ctx.error(
+                "arrays need a memory fetch",
+                type_offset,
+                hint=f"dereference it: +0({fetch_text}):{type_text}[{count}]",
+            )
+        if not slots.advance():
+            raise ctx.error("dereference is too much nested")
+
+    arg_type = ArgType(
+        name=type_text if type_text is not None else "x64",
+        base=base_name,
+        size=size,
+        signed=signed,
+        bitfield=bitfield,
+        count=count,
+    )
+    return FetchArg(name=name, fetch=fetch, type=arg_type, expression=body, named=named)
+
+
+def _split_type(body: str, ctx: _Context) -> tuple[str, str | None, int]:
+    """`parse_probe_arg_type`: split `FETCH:TYPE[N]` at the first ':' and parse the array."""
+    colon = body.find(":")
+    if colon < 0:
+        return body, None, 0
+    fetch_text = body[:colon]
+    type_text = body[colon + 1 :]
+    count = 0
+    bracket = type_text.find("[")
+    if bracket >= 0:
+        inside = type_text[bracket + 1 :]
+        close = inside.find("]")
+        base = colon + 1 + bracket + 1
+        if close < 0:
+            raise ctx.error(f"array is not closed in {body!r}", base + len(inside))
+        if inside[close + 1 :]:
+            raise ctx.error(f"array has a wrong suffix in {body!r}", base + close + 1)
+        number = kstrtouint(inside[:close])
+        if not number:
+            raise ctx.error(f"invalid array size in {body!r}", base)
+        if number > MAX_ARRAY_LEN:
+            raise ctx.error(
+                f"array size {number} is too big", base, hint=f"at most {MAX_ARRAY_LEN} elements"
+            )
+        count = number
+        type_text = type_text[:bracket]
+    return fetch_text, type_text, count
