@@ -171,7 +171,7 @@ def lower_args(probe: FriendlyProbe, arch: Arch, *, on_entry: bool) -> tuple[Fet
     flags = ParseFlags(user=True, is_return=probe.is_return)
     for index, arg in enumerate(probe.args):
         kernel_text, name = _lower_one(probe, arg, arch, on_entry=on_entry, index=index)
-        if name is not None and "=" not in arg.text:
+        if name is not None and "=" not in arg.text and name not in used:
             kernel_text = f"{name}={kernel_text}"
         fetcharg = parse_fetcharg(
             kernel_text,
@@ -235,7 +235,8 @@ def _lower_one(
                 spec=probe.source,
                 column=column,
             )
-        slot = number - len(arch.arg_registers) + (1 if arch.name == "x86_64" else -1)
+        # At entry x86_64 has the return address at $stack0; arm64 keeps it in lr.
+        slot = number - len(arch.arg_registers) - (0 if arch.name == "x86_64" else 1)
         return f"$stack{slot}"
 
     lowered = _FRIENDLY_VARIABLE.sub(substitute, fetch)

@@ -166,7 +166,7 @@ def _unrecognized(text: str, words: Words, events_file: EventsFile, kprobes: boo
         if "/" not in location:
             message = f"{location!r} is not a uprobe location: the path has no '/'"
             if not kprobes and events_file is EventsFile.DYNAMIC_EVENTS:
-                hint += "; this kernel has no kprobe events"
+                message = f"{location!r} is not a uprobe location, and there are no kprobe events"
         else:
             colon = location.rfind(":")
             message = f"{location!r} is not a uprobe location: no numeric offset after ':'"

@@ -1,0 +1,109 @@
+"""Start a command stopped before exec, so an engine can arm its probes on the new process
+before the program runs a single instruction of its own."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import time
+from collections.abc import Sequence
+
+from probescope.errors import ProbescopeError
+
+
+class GatedCommand:
+    """fork(); the child waits on a pipe; `release()` lets it exec the command.
+
+    Exec failures come back through a close-on-exec pipe, like subprocess does, so a missing
+    program is a clear error rather than an exit status of 127.
+    """
+
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> None:
+        if not argv:
+            raise ProbescopeError("empty command")
+        self.argv = list(argv)
+        self.env = env
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self._gate_w: int | None = None
+        self._error_r: int | None = None
+
+    def start(self) -> int:
+        program = self.argv[0]
+        if "/" not in program and shutil.which(program) is None:
+            raise ProbescopeError(
+                f"command not found: {program!r}", hint="give a path, or check PATH"
+            )
+        gate_r, gate_w = os.pipe()
+        error_r, error_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # child
+            try:
+                os.close(gate_w)
+                os.close(error_r)
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_DFL)
+                if os.read(gate_r, 1) != b"g":
+                    os._exit(126)
+                os.close(gate_r)
+                if self.env is None:
+                    os.execvp(program, self.argv)
+                else:
+                    os.execvpe(program, self.argv, self.env)
+            except OSError as error:
+                os.write(error_w, str(error.errno or errno.ENOEXEC).encode())
+            finally:
+                os._exit(127)
+        os.close(gate_r)
+        os.close(error_w)
+        self.pid = pid
+        self._gate_w = gate_w
+        self._error_r = error_r
+        return pid
+
+    def release(self) -> None:
+        """Let the child exec; raise if exec failed."""
+        assert self._gate_w is not None and self._error_r is not None
+        os.write(self._gate_w, b"g")
+        os.close(self._gate_w)
+        self._gate_w = None
+        data = os.read(self._error_r, 32)
+        os.close(self._error_r)
+        self._error_r = None
+        if data:
+            self.wait()
+            code = int(data)
+            raise ProbescopeError(f"cannot run {self.argv[0]!r}: {os.strerror(code)}")
+
+    def abort(self) -> None:
+        """The engine failed before release: the child exits without running the command."""
+        if self._gate_w is not None:
+            os.close(self._gate_w)
+            self._gate_w = None
+        if self._error_r is not None:
+            os.close(self._error_r)
+            self._error_r = None
+        if self.pid is not None and self.returncode is None:
+            self.wait()
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.pid is not None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            if timeout is None:
+                assert self.pid is not None
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.01)
+        return self.returncode

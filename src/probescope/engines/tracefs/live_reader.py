@@ -1,0 +1,63 @@
+"""Read raw sub-buffers from every CPU of an instance as they fill, without blocking on one CPU.
+
+Each CPU's `trace_pipe_raw` is opened O_NONBLOCK and drained with read(2) (one sub-buffer per
+call, partial ones included); between rounds the reader sleeps in poll(2) for at most
+`interval` seconds — the kernel wakes pollers only once `buffer_percent` of a buffer is full,
+so the timeout is what keeps latency low at low rates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class LiveReader:
+    def __init__(self, paths: dict[int, Path], subbuffer_size: int, interval: float = 0.1) -> None:
+        self.subbuffer_size = subbuffer_size
+        self.interval = interval
+        self.fds: dict[int, int] = {}
+        self.poller = select.poll()
+        try:
+            for cpu, path in paths.items():
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                self.fds[cpu] = fd
+                self.poller.register(fd, select.POLLIN)
+        except OSError:
+            self.close()
+            raise
+        self.pages_read = 0
+
+    def drain(self) -> Iterator[tuple[int, bytes]]:
+        """Every sub-buffer readable right now, CPU by CPU."""
+        size = self.subbuffer_size
+        for cpu, fd in self.fds.items():
+            while True:
+                try:
+                    data = os.read(fd, size)
+                except BlockingIOError:
+                    break
+                except OSError as error:
+                    if error.errno in (errno.EINTR, errno.EAGAIN):
+                        break
+                    raise
+                if not data:
+                    break
+                self.pages_read += 1
+                yield cpu, data
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Sleep until a buffer is `buffer_percent` full or `timeout` (default: interval)."""
+        timeout = self.interval if timeout is None else timeout
+        with contextlib.suppress(InterruptedError):
+            self.poller.poll(int(timeout * 1000))
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()

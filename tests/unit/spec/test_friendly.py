@@ -1,0 +1,172 @@
+"""The friendly form: parsing, lowering of argN/retval, event names, and errors with carets."""
+
+from __future__ import annotations
+
+import pytest
+
+from probescope.errors import SpecError
+from probescope.spec.arch import ARM64, X86_64
+from probescope.spec.friendly import FriendlyProbe, event_name_for, lower_args, split_target
+from probescope.spec.model import ProbeKind, ProbeSpec, Register, ReturnValue, StackEntry
+from probescope.spec.parse import parse_probe
+
+
+def friendly(text: str) -> FriendlyProbe:
+    spec = parse_probe(text, arch=X86_64)
+    assert isinstance(spec, FriendlyProbe), spec
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("text", "target", "symbol", "offset", "kind"),
+    [
+        ("bash:readline", "bash", "readline", 0, ProbeKind.UPROBE),
+        ("r:bash:readline", "bash", "readline", 0, ProbeKind.URETPROBE),
+        ("bash:readline%return", "bash", "readline", 0, ProbeKind.URETPROBE),
+        ("ur:c:malloc", "c", "malloc", 0, ProbeKind.URETPROBE),
+        ("uprobe:c:malloc", "c", "malloc", 0, ProbeKind.UPROBE),
+        (
+            "/usr/lib/x86_64-linux-gnu/libc.so.6:malloc",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "malloc",
+            0,
+            ProbeKind.UPROBE,
+        ),
+        ("./prog:main+4", "./prog", "main", 4, ProbeKind.UPROBE),
+        ("./prog:main+0x10", "./prog", "main", 16, ProbeKind.UPROBE),
+        ("bash:0x4245c0", "bash", None, 0x4245C0, ProbeKind.UPROBE),
+        ("c:str*", "c", "str*", 0, ProbeKind.UPROBE),
+        ("c:malloc@@GLIBC_2.2.5", "c", "malloc@@GLIBC_2.2.5", 0, ProbeKind.UPROBE),
+        ("/weird:dir/prog:main", "/weird:dir/prog", "main", 0, ProbeKind.UPROBE),
+    ],
+)
+def test_locations(
+    text: str, target: str, symbol: str | None, offset: int, kind: ProbeKind
+) -> None:
+    probe = friendly(text)
+    assert (probe.target, probe.symbol, probe.offset, probe.kind) == (target, symbol, offset, kind)
+
+
+def test_kernel_head_with_friendly_location() -> None:
+    probe = friendly("p:mygrp/myev ./prog:main x=arg1")
+    assert (probe.group, probe.event, probe.symbol) == ("mygrp", "myev", "main")
+    probe = friendly("r:ev bash:readline retval")
+    assert (probe.group, probe.event, probe.kind) == (None, "ev", ProbeKind.URETPROBE)
+
+
+def test_kernel_grammar_still_wins_for_numeric_locations() -> None:
+    spec = parse_probe("p:ev /bin/bash:0x10 %di", arch=X86_64)
+    assert isinstance(spec, ProbeSpec)
+
+
+def test_glob_detection() -> None:
+    assert friendly("c:str*").is_glob
+    assert friendly("c:mem[cs]*").is_glob
+    assert not friendly("c:malloc").is_glob
+
+
+def test_split_target_uses_first_colon_after_last_slash() -> None:
+    assert split_target("a/b:c/d:sym") == ("a/b:c/d", "sym")
+    assert split_target("c:malloc") == ("c", "malloc")
+    assert split_target("nocolon") is None
+
+
+def test_lowering_arguments_x86_64() -> None:
+    probe = friendly("c:memcpy dst=arg1 arg2 n=arg3:u64 +0(arg2):string arg7 $arg8")
+    args = lower_args(probe, X86_64, on_entry=True)
+    assert [str(a) for a in args] == [
+        "dst=%di",
+        "arg2=%si",
+        "n=%dx:u64",
+        "arg4=+0(%si):string",
+        "arg7=$stack1",
+        "arg8=$stack2",
+    ]
+    assert args[0].fetch == Register("di")
+    assert args[4].fetch == StackEntry(1)
+
+
+def test_lowering_arguments_arm64() -> None:
+    probe = parse_probe("c:memcpy arg1 arg9 n=arg3:u64", arch=ARM64)
+    assert isinstance(probe, FriendlyProbe)
+    args = lower_args(probe, ARM64, on_entry=True)
+    assert [str(a) for a in args] == ["arg1=%x0", "arg9=$stack0", "n=%x2:u64"]
+
+
+def test_retval_in_return_probe() -> None:
+    probe = friendly("r:bash:readline retval line=+0(retval):string $retval:s32")
+    args = lower_args(probe, X86_64, on_entry=True)
+    assert [str(a) for a in args] == [
+        "retval=$retval",
+        "line=+0($retval):string",
+        "arg3=$retval:s32",
+    ]
+    assert args[0].fetch == ReturnValue()
+
+
+def test_names_inside_immediate_strings_are_left_alone() -> None:
+    probe = friendly('c:puts s=\\"arg1"')
+    (arg,) = lower_args(probe, X86_64, on_entry=True)
+    assert str(arg) == 's=\\"arg1"'
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "caret_at"),
+    [
+        ("bash:readline retval", "only available in a return probe", "retval"),
+        ("r:bash:readline arg1", "not available in a return probe", "arg1"),
+        ("bash:readline x=arg0", "count from arg1", "arg0"),
+    ],
+)
+def test_lowering_errors_point_at_the_argument(text: str, message: str, caret_at: str) -> None:
+    probe = friendly(text)
+    with pytest.raises(SpecError, match=message) as info:
+        lower_args(probe, X86_64, on_entry=True)
+    assert info.value.column is not None
+    assert text[info.value.column :].startswith(caret_at)
+
+
+def test_stack_args_need_function_entry() -> None:
+    probe = friendly("./prog:main+4 arg7")
+    with pytest.raises(SpecError, match="stack"):
+        lower_args(probe, X86_64, on_entry=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "caret_at"),
+    [
+        ("bash:", "missing symbol", ""),
+        ("bash:readline%ret", "invalid suffix", "%ret"),
+        ("bash:readline+zz", "invalid offset", "zz"),
+        ("r:bash:readline+4", "first instruction", "readline"),
+        ("bash:12zz", "invalid offset", "12zz"),
+    ],
+)
+def test_location_errors(text: str, message: str, caret_at: str) -> None:
+    with pytest.raises(SpecError, match=message) as info:
+        parse_probe(text, arch=X86_64)
+    assert info.value.column is not None
+    assert text[info.value.column :].startswith(caret_at)
+    assert "^" in info.value.render()
+
+
+def test_event_names_for_symbols() -> None:
+    assert event_name_for("readline", 0, False) == "readline"
+    assert event_name_for("readline", 0, True) == "readline__return"
+    assert event_name_for("malloc@@GLIBC_2.2.5", 0, False) == "malloc"
+    assert event_name_for("main", 4, False) == "main_4"
+    assert event_name_for("_ZN3foo3barEv", 0, False) == "_ZN3foo3barEv"
+    assert event_name_for("operator.new", 0, False) == "operator_new"
+    assert event_name_for("9lives", 0, False) == "_9lives"
+    long = event_name_for("x" * 100, 0, True)
+    assert len(long) == 63 and long.endswith("__return")
+
+
+def test_friendly_kprobes_lower_to_kernel_grammar() -> None:
+    spec = parse_probe("k:do_sys_openat2 dfd=arg1 arg2:u32", arch=X86_64)
+    assert isinstance(spec, ProbeSpec)
+    assert spec.kind is ProbeKind.KPROBE
+    assert str(spec) == "p:kprobes/p_do_sys_openat2_0 do_sys_openat2 dfd=$arg1 arg2=$arg2:u32"
+    spec = parse_probe("kr:vfs_read retval:s64", arch=X86_64)
+    assert isinstance(spec, ProbeSpec)
+    assert str(spec) == "r:kprobes/r_vfs_read_0 vfs_read retval=$retval:s64"
