@@ -114,7 +114,7 @@ def test_eprobes() -> None:
     assert str(spec) == "e:grp/ev sched.sched_switch prev=$prev_pid:u32 if prev_pid > 0"
     with pytest.raises(SpecError, match="registers are not available"):
         parse_kernel_probe("e:ev sched.sched_switch %di")
-    with pytest.raises(SpecError, match="SYSTEM.EVENT"):
+    with pytest.raises(SpecError, match=r"SYSTEM\.EVENT"):
         parse_kernel_probe("e:ev sched_switch")
 
 
