@@ -1,0 +1,641 @@
+"""SymbolTable: every function of one binary with its uprobe file offset, and name lookups on it.
+
+Functions come from `.dynsym` (with `.gnu.version` versions) and `.symtab`; a stripped binary
+gets its `.symtab` from a debug file (see debuginfo.py). Each symbol's `st_value` is mapped to a
+file offset through the executable PT_LOAD that contains it — one rule for ET_EXEC and ET_DYN.
+Names defined at one address collapse into one FunctionSymbol with aliases. Tables are cached on
+disk (cache.py) and in memory, so a second resolution of libc costs a stat and a dict lookup.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from probescope.errors import SymbolError
+from probescope.symbols import cache
+from probescope.symbols.debuginfo import debug_info_hint, default_debug_dirs, find_debug_symbols
+from probescope.symbols.elfimage import (
+    BINDING_NAMES,
+    ELF_TYPE_NAMES,
+    ET_DYN,
+    ET_EXEC,
+    MACHINE_NAMES,
+    PF_X,
+    PT_LOAD,
+    SHT_NOBITS,
+    STT_FUNC,
+    STT_GNU_IFUNC,
+    ElfImage,
+    ElfSymbol,
+    Segment,
+)
+from probescope.symbols.function import FunctionSymbol, split_versioned_name, versioned_name
+from probescope.symbols.identity import FileIdentity, file_identity
+
+# Lower ranks win the primary name of an address: the dynamic table's public, default-version,
+# global name with the fewest leading underscores.
+_SOURCE_RANK = {"dynsym": 0, "symtab": 1, "build-id": 1, "debuglink": 1, "minidebuginfo": 1}
+_BINDING_RANK = {"global": 0, "unique": 0, "weak": 1, "local": 2}
+
+_MEMO: dict[tuple[int, int, tuple[str, ...]], SymbolTable] = {}
+
+
+def clear_memory_cache() -> None:
+    """Forget the tables held in this process (the disk cache stays)."""
+    _MEMO.clear()
+
+
+class _Name:
+    """One spelling of a function in the lookup index."""
+
+    __slots__ = ("binding", "function", "hidden", "version")
+
+    def __init__(self, function: int, version: str | None, hidden: bool, binding: str) -> None:
+        self.function = function
+        self.version = version
+        self.hidden = hidden
+        self.binding = binding
+
+
+class SymbolTable:
+    """The functions of one ELF file, sorted by file offset.
+
+    Build one with `SymbolTable.for_path(path)` (cached). `functions` lists every function;
+    `lookup(name)` finds one by `name`, `name@VER` or `name@@VER`; `match(glob)` finds many;
+    `function_at_offset(offset)` finds the function containing a file offset.
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        identity: FileIdentity,
+        elf_type: int,
+        machine: int,
+        elf_class: int,
+        build_id: str | None,
+        loads: Sequence[Segment],
+        functions: list[FunctionSymbol],
+        alias_bindings: list[tuple[str, ...]],
+        sources: tuple[str, ...],
+        debug_file: str | None,
+        has_symtab: bool,
+        debug_notes: tuple[str, ...] = (),
+        from_cache: bool = False,
+    ) -> None:
+        self.path = path
+        self.identity = identity
+        self.elf_type = elf_type
+        self.machine = machine
+        self.elf_class = elf_class
+        self.build_id = build_id
+        self.loads = tuple(loads)
+        self.functions = functions
+        self._alias_bindings = alias_bindings
+        self.sources = sources
+        self.debug_file = debug_file
+        self.has_symtab = has_symtab
+        self.debug_notes = debug_notes
+        self.from_cache = from_cache
+        self._index: dict[str, list[_Name]] | None = None
+        self._starts: list[int] | None = None
+
+    # ---- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def for_path(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        debug_dirs: Sequence[str] | None = None,
+        use_cache: bool = True,
+    ) -> SymbolTable:
+        """The table of the file at `path`, from memory, the disk cache, or the ELF file itself.
+
+        `debug_dirs` replaces the debug-file directories (default `$PROBESCOPE_DEBUG_DIRS` or
+        `/usr/lib/debug`). Raises SymbolError when the file cannot be read or is not an
+        executable or shared library.
+        """
+        path = os.fspath(path)
+        identity = file_identity(path)
+        dirs = tuple(default_debug_dirs() if debug_dirs is None else debug_dirs)
+        memo_key = (identity.device, identity.inode, dirs)
+        if use_cache:
+            known = _MEMO.get(memo_key)
+            if known is not None and known.identity == identity and known._deps_unchanged():
+                return known if known.path == path else known._with_path(path)
+            cached = cache.load(identity, dirs)
+            if cached is not None:
+                deps, state = cached
+                try:
+                    table = cls._from_state(path, identity, state)
+                except (TypeError, ValueError, IndexError):
+                    table = None
+                if table is not None:
+                    table._deps = deps
+                    _MEMO[memo_key] = table
+                    return table
+        table, deps = cls._build(path, identity, dirs)
+        if use_cache:
+            cache.store(identity, dirs, deps, table._state())
+            table._deps = deps
+            _MEMO[memo_key] = table
+        return table
+
+    @classmethod
+    def from_image(
+        cls, image: ElfImage, *, path: str | None = None, debug_dirs: Sequence[str] | None = None
+    ) -> SymbolTable:
+        """A table built straight from an open image (no cache)."""
+        path = path or image.name
+        dirs = tuple(default_debug_dirs() if debug_dirs is None else debug_dirs)
+        table, _ = cls._build(path, file_identity(path), dirs, image=image)
+        return table
+
+    @classmethod
+    def _build(
+        cls,
+        path: str,
+        identity: FileIdentity,
+        dirs: tuple[str, ...],
+        image: ElfImage | None = None,
+    ) -> tuple[SymbolTable, cache.Dependencies]:
+        own_image = image is None
+        image = image or ElfImage.from_path(path)
+        try:
+            if image.type not in (ET_EXEC, ET_DYN):
+                raise SymbolError(
+                    f"{path!r} is an {image.type_name} file, not an executable or shared library",
+                    hint="uprobes attach to executables and shared libraries (ET_EXEC, ET_DYN)",
+                )
+            text = image.section(".text")
+            if text is not None and text.type == SHT_NOBITS:
+                raise SymbolError(
+                    f"{path!r} is a separate debug file: its code sections hold no bytes",
+                    hint="probe the binary it belongs to; probescope finds this file itself",
+                )
+            if not any(s.flags & PF_X for s in image.loads):
+                raise SymbolError(
+                    f"{path!r} has no executable PT_LOAD segment",
+                    hint="uprobes need code that the program maps executable",
+                )
+            sources: list[str] = []
+            raw: list[tuple[ElfSymbol, str | None, bool, str]] = []
+            dynsym = image.dynsym
+            if dynsym is not None:
+                versions = image.symbol_versions()
+                for symbol in image.function_symbols(dynsym):
+                    if versions is not None and symbol.number < len(versions):
+                        version, hidden = versions[symbol.number]
+                    else:
+                        version, hidden = None, False
+                    raw.append((symbol, version, hidden, "dynsym"))
+                if raw:
+                    sources.append("dynsym")
+            checked: tuple[str, ...] = ()
+            debug_file = None
+            notes: tuple[str, ...] = ()
+            symtab = image.symtab
+            if symtab is not None:
+                _add_symtab(raw, image.function_symbols(symtab), "symtab")
+                sources.append("symtab")
+            else:
+                search = find_debug_symbols(image, path, dirs)
+                checked = search.checked
+                notes = search.rejected
+                if search.found is not None:
+                    debug = search.found.image
+                    try:
+                        assert debug.symtab is not None
+                        _add_symtab(raw, debug.function_symbols(debug.symtab), search.found.kind)
+                    finally:
+                        debug.close()
+                    sources.append(search.found.kind)
+                    debug_file = search.found.path
+            functions, alias_bindings = _collapse(raw, image.loads)
+            table = cls(
+                path=path,
+                identity=identity,
+                elf_type=image.type,
+                machine=image.machine,
+                elf_class=image.elf_class,
+                build_id=image.build_id,
+                loads=image.loads,
+                functions=functions,
+                alias_bindings=alias_bindings,
+                sources=tuple(sources),
+                debug_file=debug_file,
+                has_symtab=symtab is not None,
+                debug_notes=notes,
+            )
+            return table, cache.dependencies(checked)
+        finally:
+            if own_image:
+                image.close()
+
+    # ---- cache state -----------------------------------------------------------------------------
+
+    _deps: cache.Dependencies = ()
+
+    def _state(self) -> tuple[Any, ...]:
+        return (
+            self.elf_type,
+            self.machine,
+            self.elf_class,
+            self.build_id,
+            tuple(tuple(s) for s in self.loads),
+            tuple(tuple(f) for f in self.functions),
+            tuple(self._alias_bindings),
+            self.sources,
+            self.debug_file,
+            self.has_symtab,
+            self.debug_notes,
+        )
+
+    @classmethod
+    def _from_state(cls, path: str, identity: FileIdentity, state: tuple[Any, ...]) -> SymbolTable:
+        (
+            elf_type,
+            machine,
+            elf_class,
+            build_id,
+            loads,
+            rows,
+            alias_bindings,
+            sources,
+            debug_file,
+            has_symtab,
+            notes,
+        ) = state
+        make = FunctionSymbol._make
+        return cls(
+            path=path,
+            identity=identity,
+            elf_type=elf_type,
+            machine=machine,
+            elf_class=elf_class,
+            build_id=build_id,
+            loads=[Segment._make(s) for s in loads],
+            functions=[make(row) for row in rows],
+            alias_bindings=list(alias_bindings),
+            sources=tuple(sources),
+            debug_file=debug_file,
+            has_symtab=has_symtab,
+            debug_notes=tuple(notes),
+            from_cache=True,
+        )
+
+    def _deps_unchanged(self) -> bool:
+        return cache.dependencies([p for p, _ in self._deps]) == self._deps
+
+    def _with_path(self, path: str) -> SymbolTable:
+        twin = SymbolTable.__new__(SymbolTable)
+        twin.__dict__.update(self.__dict__)
+        twin.path = path
+        return twin
+
+    # ---- description -----------------------------------------------------------------------------
+
+    @property
+    def type_name(self) -> str:
+        return ELF_TYPE_NAMES.get(self.elf_type, str(self.elf_type))
+
+    @property
+    def machine_name(self) -> str:
+        return MACHINE_NAMES.get(self.machine, f"machine {self.machine}")
+
+    @property
+    def stripped(self) -> bool:
+        """No `.symtab` in the binary and none found in a debug file: only `.dynsym` names."""
+        return (
+            not self.has_symtab and self.debug_file is None and "minidebuginfo" not in self.sources
+        )
+
+    def describe_sources(self) -> str:
+        """e.g. `.dynsym + build-id debug file /usr/lib/debug/.build-id/93/….debug`."""
+        parts = []
+        for source in self.sources:
+            if source in ("dynsym", "symtab"):
+                parts.append(f".{source}")
+            elif source == "minidebuginfo":
+                parts.append(".gnu_debugdata (MiniDebugInfo)")
+            else:
+                parts.append(f"{source} debug file {self.debug_file}")
+        return " + ".join(parts) if parts else "no symbol tables"
+
+    # ---- address arithmetic ----------------------------------------------------------------------
+
+    def vaddr_to_offset(self, vaddr: int, *, executable: bool = True) -> int | None:
+        """File offset of link-time `vaddr` through its PT_LOAD (PF_X required by default)."""
+        for segment in self.loads:
+            if segment.contains_vaddr(vaddr):
+                if executable and not segment.executable:
+                    return None
+                return vaddr - segment.vaddr + segment.offset
+        return None
+
+    def offset_to_vaddr(self, offset: int) -> int | None:
+        for segment in self.loads:
+            if segment.contains_offset(offset):
+                return offset - segment.offset + segment.vaddr
+        return None
+
+    def load_for_offset(self, offset: int) -> Segment | None:
+        for segment in self.loads:
+            if segment.contains_offset(offset):
+                return segment
+        return None
+
+    # ---- queries ---------------------------------------------------------------------------------
+
+    def _names(self) -> dict[str, list[_Name]]:
+        if self._index is None:
+            index: dict[str, list[_Name]] = {}
+            for number, (function, bindings) in enumerate(
+                zip(self.functions, self._alias_bindings, strict=True)
+            ):
+                entry = _Name(
+                    number,
+                    function.version,
+                    function.version is not None and not function.is_default_version,
+                    function.binding,
+                )
+                index.setdefault(function.name, []).append(entry)
+                for alias, binding in zip(function.aliases, bindings, strict=True):
+                    name, version, default = split_versioned_name(alias)
+                    index.setdefault(name, []).append(
+                        _Name(number, version, version is not None and not default, binding)
+                    )
+            self._index = index
+        return self._index
+
+    def lookup(self, name: str) -> FunctionSymbol:
+        """The function called `name` (`name`, `name@VER` or `name@@VER`).
+
+        A plain name prefers the default version over hidden ones (as the linker binds new
+        references) and non-weak over weak definitions; several remaining definitions at
+        different offsets raise SymbolError listing them. `name@VER` matches VER whether it is
+        the default or not; `name@@VER` only the default.
+        """
+        plain, version, default = split_versioned_name(name)
+        candidates = self._names().get(plain, [])
+        if version is not None:
+            candidates = [
+                c for c in candidates if c.version == version and (not default or not c.hidden)
+            ]
+        if not candidates:
+            raise self._not_found(name)
+        if len({c.function for c in candidates}) > 1 and version is None:
+            visible = [c for c in candidates if not c.hidden]
+            candidates = visible or candidates
+        if len({c.function for c in candidates}) > 1:
+            strong = [c for c in candidates if c.binding != "weak"]
+            candidates = strong or candidates
+        numbers = sorted({c.function for c in candidates})
+        if len(numbers) == 1:
+            return self.functions[numbers[0]]
+        listing = ", ".join(
+            f"{self.functions[n].display_name} at {self.functions[n].offset:#x} "
+            f"({self.functions[n].binding})"
+            for n in numbers[:12]
+        )
+        more = f" and {len(numbers) - 12} more" if len(numbers) > 12 else ""
+        raise SymbolError(
+            f"{name!r} is ambiguous in {self.path}: {len(numbers)} definitions: {listing}{more}",
+            hint="pick one by its file offset (PATH:0xOFFSET) or a versioned name (name@@VERSION)",
+        )
+
+    def _not_found(self, name: str) -> SymbolError:
+        plain = split_versioned_name(name)[0]
+        message = f"no function {name!r} in {self.path}"
+        hints: list[str] = []
+        other_kind = _non_function_kind(self.path, plain)
+        if other_kind:
+            message += f" ({plain!r} is {other_kind}, not a function)"
+        elif plain in self._names():
+            spellings = sorted(
+                {
+                    versioned_name(plain, c.version, not c.hidden)
+                    for c in self._names()[plain]
+                    if c.version is not None
+                }
+            )
+            hints.append("defined versions: " + ", ".join(spellings))
+        else:
+            import difflib
+
+            close = difflib.get_close_matches(plain, list(self._names()), n=5, cutoff=0.75)
+            if close:
+                hints.append("did you mean " + ", ".join(close) + "?")
+        if self.stripped and not other_kind:
+            message += f" (the file is stripped: only its {len(self.functions)} exported "
+            message += "functions are known)"
+            hints.append("to see all functions, " + debug_info_hint(self.path, self.build_id))
+            hints += [f"ignored {note}" for note in self.debug_notes]
+        hints.append(f"`probescope symbols {self.path}` lists the functions")
+        return SymbolError(message, hint="; ".join(hints))
+
+    def match(self, pattern: str) -> list[FunctionSymbol]:
+        """Functions any of whose names matches the shell glob `pattern` (sorted by offset).
+
+        A pattern without `@` matches plain names; with `@` it matches the versioned spelling.
+        """
+        import fnmatch
+        import re
+
+        if not any(ch in pattern for ch in "*?["):
+            try:
+                return [self.lookup(pattern)]
+            except SymbolError:
+                return self._exact_all(pattern)
+        regex = re.compile(fnmatch.translate(pattern))
+        versioned = "@" in pattern
+        found = []
+        for function in self.functions:
+            names: Iterable[str] = function.names
+            if not versioned:
+                names = (split_versioned_name(n)[0] for n in names)
+            if any(regex.match(n) for n in names):
+                found.append(function)
+        return found
+
+    def _exact_all(self, name: str) -> list[FunctionSymbol]:
+        plain, version, default = split_versioned_name(name)
+        numbers = {
+            c.function
+            for c in self._names().get(plain, [])
+            if version is None or (c.version == version and (not default or not c.hidden))
+        }
+        return [self.functions[n] for n in sorted(numbers)]
+
+    def function_at_offset(self, offset: int) -> FunctionSymbol | None:
+        """The function whose bytes hold file `offset` (its start, or inside its st_size)."""
+        if self._starts is None:
+            self._starts = [f.offset for f in self.functions]
+        position = bisect.bisect_right(self._starts, offset) - 1
+        for number in range(position, max(position - 16, -1), -1):
+            function = self.functions[number]
+            if function.offset == offset or function.offset <= offset < function.end_offset:
+                return function
+        return None
+
+    def __len__(self) -> int:
+        return len(self.functions)
+
+    def __repr__(self) -> str:
+        return f"<SymbolTable {self.path} {self.type_name} {len(self.functions)} functions>"
+
+
+def _add_symtab(
+    raw: list[tuple[ElfSymbol, str | None, bool, str]], symbols: list[ElfSymbol], source: str
+) -> None:
+    """Append `.symtab` functions to `raw`, skipping names `.dynsym` already gave at that address.
+
+    `.symtab` spells versions literally (`memcpy@GLIBC_2.2.5`, `foo@@V2`) and repeats most
+    exported names unversioned; dropping those repeats here keeps most addresses single-named.
+    """
+    known = {(symbol.name, symbol.value) for symbol, _, _, _ in raw}
+    known.update(
+        (versioned_name(symbol.name, version, not hidden), symbol.value)
+        for symbol, version, hidden, _ in raw
+        if version is not None
+    )
+    append = raw.append
+    for symbol in symbols:
+        if (symbol.name, symbol.value) in known:
+            continue
+        if "@" in symbol.name:
+            name, version, default = split_versioned_name(symbol.name)
+            append((symbol._replace(name=name), version, not default, source))
+        else:
+            append((symbol, None, False, source))
+
+
+def _collapse(
+    raw: list[tuple[ElfSymbol, str | None, bool, str]], loads: Sequence[Segment]
+) -> tuple[list[FunctionSymbol], list[tuple[str, ...]]]:
+    """Group symbols by address into FunctionSymbols (primary name + aliases), sorted by offset."""
+    executable = [
+        (s.vaddr, s.vaddr + s.filesz, s.offset - s.vaddr)
+        for s in loads
+        if s.type == PT_LOAD and s.flags & PF_X
+    ]
+    by_vaddr: dict[int, list[tuple[ElfSymbol, str | None, bool, str]]] = {}
+    for item in raw:
+        group = by_vaddr.get(item[0].value)
+        if group is None:
+            by_vaddr[item[0].value] = [item]
+        else:
+            group.append(item)
+    rows: list[tuple[int, str, FunctionSymbol, tuple[str, ...]]] = []
+    new = tuple.__new__
+    for vaddr, group in by_vaddr.items():
+        offset = -1
+        for low, high, delta in executable:
+            if low <= vaddr < high:
+                offset = vaddr + delta
+                break
+        if offset < 0:
+            continue
+        if len(group) == 1:
+            symbol, version, hidden, source = group[0]
+            function = new(
+                FunctionSymbol,
+                (
+                    symbol.name,
+                    version,
+                    version is not None and not hidden,
+                    (),
+                    vaddr,
+                    symbol.size,
+                    offset,
+                    BINDING_NAMES.get(symbol.bind, "global"),
+                    symbol.type == STT_GNU_IFUNC,
+                    source,
+                ),
+            )
+            rows.append((offset, symbol.name, function, ()))
+        else:
+            function, bindings = _merge(group, vaddr, offset)
+            rows.append((offset, function.name, function, bindings))
+    rows.sort(key=_first)  # one row per address, so offsets are unique
+    return [row[2] for row in rows], [row[3] for row in rows]
+
+
+def _first(row: tuple[int, str, FunctionSymbol, tuple[str, ...]]) -> int:
+    return row[0]
+
+
+def _merge(
+    group: list[tuple[ElfSymbol, str | None, bool, str]], vaddr: int, offset: int
+) -> tuple[FunctionSymbol, tuple[str, ...]]:
+    """One FunctionSymbol for several names at one address; the best-ranked name is primary."""
+    ranked = []
+    size = 0
+    is_ifunc = False
+    for symbol, version, hidden, source in group:
+        name = symbol.name
+        binding = BINDING_NAMES.get(symbol.bind, "global")
+        size = max(size, symbol.size)
+        is_ifunc = is_ifunc or symbol.type == STT_GNU_IFUNC
+        ranked.append(
+            (
+                _SOURCE_RANK.get(source, 1),
+                hidden,
+                _BINDING_RANK.get(binding, 2),
+                len(name) - len(name.lstrip("_")),
+                len(name),
+                name,
+                version or "",
+                binding,
+                source,
+            )
+        )
+    ranked.sort()
+    # `memcpy` in .symtab beside `memcpy@@GLIBC_2.14` is one name, not an alias
+    versioned = {entry[5] for entry in ranked if entry[6]}
+    seen: set[tuple[str, str, bool]] = set()
+    kept = []
+    for entry in ranked:
+        key = (entry[5], entry[6], entry[1])
+        if key in seen or (not entry[6] and entry[5] in versioned):
+            continue
+        seen.add(key)
+        kept.append(entry)
+    primary = kept[0]
+    function = FunctionSymbol(
+        name=primary[5],
+        version=primary[6] or None,
+        is_default_version=bool(primary[6]) and not primary[1],
+        aliases=tuple(versioned_name(e[5], e[6] or None, not e[1]) for e in kept[1:]),
+        vaddr=vaddr,
+        size=size,
+        offset=offset,
+        binding=primary[7],
+        is_ifunc=is_ifunc,
+        source=primary[8],
+    )
+    return function, tuple(e[7] for e in kept[1:])
+
+
+def _non_function_kind(path: str, name: str) -> str | None:
+    """If `name` is a data object or another non-function symbol of `path`, say which."""
+    try:
+        with ElfImage.from_path(path) as image:
+            for section in (image.dynsym, image.symtab):
+                if section is None:
+                    continue
+                for symbol in image.symbols(section):
+                    if split_versioned_name(symbol.name)[0] != name or symbol.shndx == 0:
+                        continue
+                    if symbol.type in (STT_FUNC, STT_GNU_IFUNC):
+                        return None
+                    return {1: "a data object", 6: "a TLS variable"}.get(
+                        symbol.type, f"a symbol of type {symbol.type}"
+                    )
+    except SymbolError:
+        return None
+    return None
