@@ -1,0 +1,348 @@
+"""Text output identical to the kernel's `trace` file.
+
+A line is the context the kernel prints (`trace_print_context` in kernel/trace/trace_output.c):
+`"%16s-%-7d "` comm and thread id, `"(%7d) "` tgid when `options/record-tgid` is on,
+`"[%03d] "` cpu, five latency flag characters (`trace_print_lat_fmt`) and the timestamp
+(`" %5lu.%06lu: "` in microseconds rounded like the kernel's `ns2usecs`, or `" %12llu: "` for
+counter clocks), followed by the event's own text. Probe events are printed as
+`print_uprobe_event` (kernel/trace/trace_uprobe.c) does, with the argument printers of
+kernel/trace/trace_probe.c. Other kinds get a printer from `EVENT_PRINTERS`; tracepoints use a
+plain `field=value` printer until their `print fmt` is interpreted.
+
+For byte-identical output give the sink a binary stream: strings are written back with the bytes
+the kernel recorded (see `decoder`), which a strict text stream may refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+from probescope.events import Event, EventBatch, EventType
+from probescope.sinks.base import OutputFormat, is_binary_stream
+from probescope.spec.model import STRING_TYPES, ArgType, ProbeKind
+
+TRACE_FLAG_IRQS_OFF = 0x01
+TRACE_FLAG_NEED_RESCHED_LAZY = 0x02
+TRACE_FLAG_IRQS_NOSUPPORT = 0x02
+TRACE_FLAG_NEED_RESCHED = 0x04
+TRACE_FLAG_HARDIRQ = 0x08
+TRACE_FLAG_SOFTIRQ = 0x10
+TRACE_FLAG_PREEMPT_RESCHED = 0x20
+TRACE_FLAG_NMI = 0x40
+TRACE_FLAG_BH_OFF = 0x80
+
+COUNTER_CLOCKS = frozenset({"counter", "uptime", "x86-tsc"})
+"""`trace_clock` values whose timestamps are not nanoseconds (printed as raw counts)."""
+
+FAULT_STRING = "(fault)"
+
+Printer = Callable[[Event], str]
+PrinterFactory = Callable[[EventType], Printer]
+
+
+def lat_flags(
+    flags: int, preempt_count: int, *, lazy_resched: bool = True, irqflags_support: bool = True
+) -> str:
+    """The five flag characters `trace_print_lat_fmt` prints for `common_flags` and
+    `common_preempt_count`.
+
+    `lazy_resched` selects the flag layout of Linux 6.13 and later, where bit 1 is
+    NEED_RESCHED_LAZY (need-resched column `B`, `L`, `b`, `l`); before, bit 1 was
+    IRQS_NOSUPPORT (`X`). `irqflags_support=False` is a kernel built without
+    CONFIG_TRACE_IRQFLAGS_SUPPORT, which prints `X` where no irq flag is set.
+    """
+    bh_off = flags & TRACE_FLAG_BH_OFF
+    if flags & TRACE_FLAG_IRQS_OFF:
+        irqs_off = "D" if bh_off else "d"
+    elif bh_off:
+        irqs_off = "b"
+    elif not irqflags_support or (not lazy_resched and flags & TRACE_FLAG_IRQS_NOSUPPORT):
+        irqs_off = "X"
+    else:
+        irqs_off = "."
+
+    need = flags & TRACE_FLAG_NEED_RESCHED
+    preempt = flags & TRACE_FLAG_PREEMPT_RESCHED
+    lazy = flags & TRACE_FLAG_NEED_RESCHED_LAZY if lazy_resched else 0
+    if need and lazy and preempt:
+        need_resched = "B"
+    elif need and preempt:
+        need_resched = "N"
+    elif lazy and preempt:
+        need_resched = "L"
+    elif need and lazy:
+        need_resched = "b"
+    elif need:
+        need_resched = "n"
+    elif preempt:
+        need_resched = "p"
+    elif lazy:
+        need_resched = "l"
+    else:
+        need_resched = "."
+
+    nmi = flags & TRACE_FLAG_NMI
+    hardirq = flags & TRACE_FLAG_HARDIRQ
+    softirq = flags & TRACE_FLAG_SOFTIRQ
+    if nmi:
+        hardsoft = "Z" if hardirq else "z"
+    elif hardirq:
+        hardsoft = "H" if softirq else "h"
+    else:
+        hardsoft = "s" if softirq else "."
+
+    depth = f"{preempt_count & 0xF:x}" if preempt_count & 0xF else "."
+    migrate = f"{preempt_count >> 4:x}" if preempt_count & 0xF0 else "."
+    return irqs_off + need_resched + hardsoft + depth + migrate
+
+
+def lost_line(cpu: int | None, lost: int) -> str:
+    """The line `trace_pipe` prints before events that follow a loss (negative: unknown count)."""
+    where = "?" if cpu is None else str(cpu)
+    if lost < 0:
+        return f"CPU:{where} [LOST EVENTS]\n"
+    return f"CPU:{where} [LOST {lost} EVENTS]\n"
+
+
+class TextSink:
+    """Writes one kernel-format line per event.
+
+    `clock` is the instance's `trace_clock` (picks the timestamp format); `tgids` (tid → tgid,
+    from `saved_tgids`) turns on the `options/record-tgid` column, printed `(-------)` for a
+    tid the map lacks, as the kernel does; `irq_info=False` drops the flag column like
+    `options/irq-info` off; `lost_lines` writes `CPU:N [LOST M EVENTS]` before a batch that
+    follows a loss, as `trace_pipe` does. `lazy_resched`/`irqflags_support`: see `lat_flags`.
+    """
+
+    def __init__(
+        self,
+        stream: IO[Any],
+        *,
+        clock: str = "local",
+        tgids: Mapping[int, int] | None = None,
+        irq_info: bool = True,
+        lost_lines: bool = True,
+        lazy_resched: bool = True,
+        irqflags_support: bool = True,
+        binary: bool | None = None,
+    ) -> None:
+        self.stream = stream
+        self.binary = is_binary_stream(stream) if binary is None else binary
+        self.lost_lines = lost_lines
+        self._lines: dict[EventType, Printer] = {}
+        self._context = _compile_context(
+            in_ns=clock not in COUNTER_CLOCKS,
+            tgids=tgids,
+            irq_info=irq_info,
+            lazy_resched=lazy_resched,
+            irqflags_support=irqflags_support,
+        )
+
+    def format(self, event: Event) -> str:
+        """The line (with its newline) for one event."""
+        printer = self._lines.get(event.type)
+        if printer is None:
+            printer = self._lines[event.type] = _event_printer(event.type)
+        return self._context(event) + printer(event) + "\n"
+
+    def write(self, event: Event) -> None:
+        self._emit(self.format(event))
+
+    def write_batch(self, batch: EventBatch) -> None:
+        parts = []
+        if batch.lost and self.lost_lines:
+            parts.append(lost_line(batch.cpu, batch.lost))
+        context = self._context
+        lines = self._lines
+        for event in batch.events:
+            printer = lines.get(event.type)
+            if printer is None:
+                printer = lines[event.type] = _event_printer(event.type)
+            parts.append(context(event) + printer(event) + "\n")
+        self._emit("".join(parts))
+
+    def close(self) -> None:
+        self.stream.flush()
+
+    def _emit(self, text: str) -> None:
+        if self.binary:
+            self.stream.write(text.encode("utf-8", "surrogateescape"))
+        else:
+            self.stream.write(text)
+
+
+def _event_printer(event_type: EventType) -> Printer:
+    factory = EVENT_PRINTERS.get(event_type.kind, field_printer)
+    return factory(event_type)
+
+
+class _LatFlags(dict[int, str]):
+    """Flag strings by `flags << 8 | preempt_count`, computed once each."""
+
+    def __init__(self, lazy_resched: bool, irqflags_support: bool) -> None:
+        super().__init__()
+        self.lazy_resched = lazy_resched
+        self.irqflags_support = irqflags_support
+
+    def __missing__(self, key: int) -> str:
+        text = lat_flags(
+            key >> 8,
+            key & 0xFF,
+            lazy_resched=self.lazy_resched,
+            irqflags_support=self.irqflags_support,
+        )
+        self[key] = text
+        return text
+
+
+def _compile_context(
+    *,
+    in_ns: bool,
+    tgids: Mapping[int, int] | None,
+    irq_info: bool,
+    lazy_resched: bool,
+    irqflags_support: bool,
+) -> Printer:
+    """`trace_print_context` as one %-format over the event's tuple fields."""
+    template = "%16s-%-7d "
+    values = ["e[4]", "e[3]"]
+    if tgids is not None:
+        template += "%s"
+        values.append("_tgid_column(e[3])")
+    template += "[%03d] "
+    values.append("e[1]")
+    if irq_info:
+        template += "%s"
+        values.append("_lat[(e[9] << 8) | e[10]]")
+    if in_ns:
+        template += " %5d.%06d: "
+        values += ["us // 1000000", "us % 1000000"]
+        prologue = "    us = (e[0] + 500) // 1000\n"
+    else:
+        template += " %12d: "
+        values.append("e[0]")
+        prologue = ""
+    source = "def context(e):\n" + prologue + f"    return {template!r} % ({', '.join(values)},)\n"
+    namespace: dict[str, Any] = {"_lat": _LatFlags(lazy_resched, irqflags_support)}
+    if tgids is not None:
+        known = tgids
+
+        def tgid_column(tid: int) -> str:
+            tgid = known.get(tid)
+            return f"({tgid:7d}) " if tgid else "(-------) "
+
+        namespace["_tgid_column"] = tgid_column
+    exec(compile(source, "<probescope text context>", "exec"), namespace)
+    context: Printer = namespace["context"]
+    return context
+
+
+def probe_printer(event_type: EventType) -> Printer:
+    """`print_uprobe_event`: `NAME: (0x%lx)` for entries, `NAME: (0x%lx <- 0x%lx)` (return
+    address, function) for returns, then ` ARG=VALUE` per argument."""
+    name = event_type.name.replace("%", "%%")
+    if event_type.kind.is_return:
+        template = f"{name}: (0x%x <- 0x%x)"
+        values = ["e[7]", "e[6]"]
+    else:
+        template = f"{name}: (0x%x)"
+        values = ["e[6]"]
+    namespace: dict[str, Any] = dict(_VALUE_HELPERS)
+    for index, (arg_name, arg_type) in enumerate(
+        zip(event_type.arg_names, event_type.arg_types, strict=True)
+    ):
+        conversion, expression = _arg_printer(arg_type, f"e[8][{index}]")
+        template += f" {arg_name.replace('%', '%%')}={conversion}"
+        values.append(expression)
+    source = f"def body(e):\n    return {template!r} % ({', '.join(values)},)\n"
+    filename = f"<probescope text printer {event_type.group}/{event_type.name}>"
+    exec(compile(source, filename, "exec"), namespace)
+    printer: Printer = namespace["body"]
+    return printer
+
+
+def field_printer(event_type: EventType) -> Printer:
+    """`NAME: field=value ...` for kinds without a kernel-identical printer yet (tracepoints
+    until their `print fmt` is interpreted). Not the kernel's text."""
+    name = event_type.name.replace("%", "%%")
+    template = f"{name}:"
+    values: list[str] = []
+    namespace: dict[str, Any] = dict(_VALUE_HELPERS)
+    for index, (arg_name, arg_type) in enumerate(
+        zip(event_type.arg_names, event_type.arg_types, strict=True)
+    ):
+        conversion, expression = _arg_printer(arg_type, f"e[8][{index}]")
+        template += f" {arg_name.replace('%', '%%')}={conversion}"
+        values.append(expression)
+    source = f"def body(e):\n    return {template!r} % ({', '.join(values)},)\n"
+    exec(compile(source, f"<probescope field printer {event_type.name}>", "exec"), namespace)
+    printer: Printer = namespace["body"]
+    return printer
+
+
+def _arg_printer(arg_type: ArgType, value: str) -> tuple[str, str]:
+    """The %-conversion and the expression that print one argument like trace_probe.c."""
+    base = arg_type.base
+    if base in STRING_TYPES:
+        if arg_type.count:
+            return "{%s}", f"_strings({value})"
+        return "%s", f"_string({value})"
+    if base == "char":
+        if arg_type.count:
+            return "{%s}", f"_chars({value})"
+        return "'%s'", value
+    if base == "bytes":
+        return "%s", f"_bytes({value})"
+    hexadecimal = base.startswith("x") or base == "symbol"
+    if arg_type.count:
+        return "{%s}", f"{'_hexes' if hexadecimal else '_ints'}({value})"
+    return ("0x%x" if hexadecimal else "%d"), value
+
+
+def _string(value: str | None) -> str:
+    return FAULT_STRING if value is None else f'"{value}"'
+
+
+def _strings(values: tuple[str | None, ...]) -> str:
+    return ",".join([FAULT_STRING if v is None else f'"{v}"' for v in values])
+
+
+def _chars(values: tuple[str, ...]) -> str:
+    return ",".join([f"'{v}'" for v in values])
+
+
+def _ints(values: tuple[int, ...]) -> str:
+    return ",".join(map(str, values))
+
+
+def _hexes(values: tuple[int, ...]) -> str:
+    return ",".join([f"0x{v:x}" for v in values])
+
+
+def _bytes(value: bytes | str) -> str:
+    return value if isinstance(value, str) else value.hex()
+
+
+_VALUE_HELPERS: dict[str, Any] = {
+    "_string": _string,
+    "_strings": _strings,
+    "_chars": _chars,
+    "_ints": _ints,
+    "_hexes": _hexes,
+    "_bytes": _bytes,
+}
+
+EVENT_PRINTERS: dict[ProbeKind, PrinterFactory] = {
+    ProbeKind.UPROBE: probe_printer,
+    ProbeKind.URETPROBE: probe_printer,
+    ProbeKind.USDT: probe_printer,
+    ProbeKind.TRACEPOINT: field_printer,
+}
+"""The event-text printer per kind; kinds not listed use `field_printer`."""
+
+TEXT_FORMAT = OutputFormat(
+    name="text",
+    description="one line per event, as the kernel's trace file prints it",
+    factory=TextSink,
+)
