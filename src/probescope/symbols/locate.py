@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from probescope.errors import SymbolError
 from probescope.symbols.elfimage import ELF_MAGIC
 from probescope.symbols.ldcache import read_ld_cache
-from probescope.symbols.maps import process_root, read_maps
+from probescope.symbols.maps import mapped_file_path, process_root, read_maps
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -137,8 +137,12 @@ def _mapped_candidates(pid: int, root: str, target: str) -> list[str]:
         if not mapping.is_file or mapping.path is None or mapping.deleted:
             continue
         name = os.path.basename(mapping.path)
+        if (mapping.device, mapping.inode) in found:
+            continue
         if name == target or library_name_matches(name, target):
-            found.setdefault((mapping.device, mapping.inode), _under_root(root, mapping.path))
+            path = mapped_file_path(pid, mapping, root)
+            if path is not None:
+                found[(mapping.device, mapping.inode)] = path
     return sorted(set(found.values()))
 
 

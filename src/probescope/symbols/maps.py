@@ -118,6 +118,28 @@ def process_root(pid: int | str) -> str:
     return root
 
 
+def mapped_file_path(pid: int | str, mapping: Mapping, root: str | None = None) -> str | None:
+    """A path through which probescope can open the file `mapping` shows, or None.
+
+    The kernel prints maps paths relative to the *reader's* root when it can reach the file
+    (a chroot inside our mount namespace: the host path) and relative to the process's own
+    root otherwise (a container's mount namespace: `root + path`); the inode decides.
+    """
+    if mapping.path is None or not mapping.inode:
+        return None
+    if root is None:
+        root = process_root(pid)
+    candidates = [root + mapping.path, mapping.path] if root else [mapping.path]
+    found = [(c, stat_identity(c)) for c in candidates]
+    for exact in (True, False):
+        for candidate, identity in found:
+            if identity is None or identity.inode != mapping.inode:
+                continue
+            if not exact or identity.device == mapping.device:
+                return candidate
+    return None
+
+
 class _Matcher:
     """Decides whether a mapping shows the target file: (device, inode) first; when only the
     inode matches (btrfs subvolumes and overlayfs report another device in maps than in stat),
@@ -144,9 +166,8 @@ class _Matcher:
             return True
         cached = (mapping.device, mapping.inode, mapping.path)
         if cached not in self._verdicts:
-            seen = None
-            if mapping.path:
-                seen = stat_identity(f"/proc/{self.pid}/root{mapping.path}")
+            path = mapped_file_path(self.pid, mapping, f"/proc/{self.pid}/root")
+            seen = None if path is None else stat_identity(path)
             self._verdicts[cached] = seen is not None and seen.key == self.key
         return self._verdicts[cached]
 

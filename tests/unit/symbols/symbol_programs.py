@@ -282,7 +282,8 @@ def library_user() -> tuple[Path, Path]:
     program = compile_program(
         LIBRARY_USER_SOURCE,
         "psuser",
-        ["-O2", "-g", f"-L{directory}", f"-Wl,-rpath,{directory}", "-l:libpsvers.so"],
+        # the build helper puts flags before the source: keep the library despite --as-needed
+        ["-O2", "-g", f"-Wl,-rpath,{directory}", "-Wl,--no-as-needed", str(library)],
     )
     return program, library
 

@@ -11,7 +11,9 @@ import pytest
 from probescope.errors import SymbolError
 from probescope.symbols.identity import file_identity
 from probescope.symbols.maps import (
+    Mapping,
     file_offset_of_address,
+    mapped_file_path,
     mappings_of,
     parse_maps,
     read_maps,
@@ -113,3 +115,17 @@ def test_mappings_of_libc() -> None:
 def test_read_maps_of_a_missing_process() -> None:
     with pytest.raises(SymbolError, match="no process"):
         read_maps(2**22 + 12345)
+
+
+def test_mapped_file_path_handles_container_and_chroot_paths(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path / "root"
+    (root / "bin").mkdir(parents=True)
+    program = root / "bin" / "prog"
+    program.write_bytes(b"x")
+    identity = file_identity(program)
+    inside = Mapping(0x1000, 0x2000, "r-xp", 0, identity.device, identity.inode, "/bin/prog")
+    assert mapped_file_path("self", inside, str(root)) == str(program)  # container: root + path
+    host = inside._replace(path=str(program))
+    assert mapped_file_path("self", host, str(root)) == str(program)  # chroot: the host path
+    other = inside._replace(inode=identity.inode + 1)
+    assert mapped_file_path("self", other, str(root)) is None
