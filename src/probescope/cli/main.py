@@ -11,7 +11,13 @@ from probescope import __version__
 from probescope.errors import ProbescopeError
 
 # name -> (module under probescope.cli, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "trace": ("trace", "trace probes and print their events"),
+    "resolve": ("resolve", "print the kernel definitions probe specs resolve to"),
+    "symbols": ("symbols", "list function symbols of a binary with their file offsets"),
+    "engines": ("engines", "say which engines can run here, and why not"),
+    "cleanup": ("cleanup", "remove what dead probescope sessions left in tracefs"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,35 @@
+"""`probescope cleanup`: remove the tracefs instances and dynamic events that dead probescope
+sessions left behind (SIGKILL, power loss). `trace` does the same on start."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from probescope.engines.tracefs.reaper import find_leftovers, reap
+from probescope.engines.tracefs.tracefs import Tracefs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="also remove objects of probescope sessions that are still running",
+    )
+    parser.add_argument("-n", "--dry-run", action="store_true", help="list what would be removed")
+
+
+def run(args: argparse.Namespace) -> int:
+    tracefs = Tracefs.discover()
+    leftovers = find_leftovers(tracefs, include_alive=args.all)
+    if not leftovers:
+        print("nothing to clean up", file=sys.stderr)
+        return 0
+    for line in leftovers.describe():
+        print(("would remove " if args.dry_run else "removing ") + line)
+    if args.dry_run:
+        return 0
+    errors = reap(tracefs, leftovers)
+    for error in errors:
+        print(error.render(), file=sys.stderr)
+    return 1 if errors else 0

@@ -1,0 +1,32 @@
+"""`probescope resolve SPEC...`: print the kernel definitions a spec becomes, one per line,
+exactly as the kernel prints them back in uprobe_events."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from probescope.symbols.resolve import resolve_specs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
+    parser.add_argument("-p", "--pid", type=int, help="resolve targets as process PID sees them")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="say on stderr where each offset came from"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    for probe in resolve_specs(args.specs, pid=args.pid):
+        print(probe.spec.definition())
+        if args.verbose:
+            where = probe.label
+            details = []
+            if probe.vaddr is not None:
+                details.append(f"vaddr 0x{probe.vaddr:x}")
+            if probe.function_size:
+                details.append(f"size {probe.function_size}")
+            extra = f" ({', '.join(details)})" if details else ""
+            print(f"# {probe.spec.source}: {where}{extra}", file=sys.stderr)
+    return 0

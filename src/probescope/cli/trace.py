@@ -1,0 +1,119 @@
+"""`probescope trace SPEC...`: install probes, stream their events to a sink, report, and
+leave nothing behind — on a normal end, Ctrl-C, SIGTERM/SIGHUP, or an error in the sink."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shlex
+import sys
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from probescope.engines.registry import ENGINE_CHOICES
+from probescope.session import Session, Summary, Terminated, signals_end_session
+from probescope.sinks.base import open_sink, output_formats
+from probescope.symbols.resolve import resolve_specs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument(
+        "-c", "--command", metavar="CMD", help="run CMD with the probes armed; end with it"
+    )
+    target.add_argument(
+        "-p",
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="trace process PID, its threads and the children it creates (repeatable)",
+    )
+    parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after this")
+    parser.add_argument("-n", "--count", type=int, metavar="COUNT", help="stop after COUNT events")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
+    parser.add_argument(
+        "-f", "--format", default="text", choices=output_formats(), help="event output format"
+    )
+    parser.add_argument("--engine", default="auto", choices=ENGINE_CHOICES)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the definitions that would be written"
+    )
+    parser.add_argument(
+        "--clock", default="mono", help="tracefs trace clock (mono matches CLOCK_MONOTONIC)"
+    )
+    parser.add_argument(
+        "--buffer-size", type=int, metavar="KB", help="tracefs ring buffer size per CPU"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        for probe in resolve_specs(args.specs, pid=args.pid[0] if len(args.pid) == 1 else None):
+            print(probe.spec.definition())
+        return 0
+    command = shlex.split(args.command) if args.command else None
+    options: dict[str, Any] = {}
+    if args.engine in ("auto", "tracefs"):
+        options = {"clock": args.clock}
+        if args.buffer_size:
+            options["buffer_size_kb"] = args.buffer_size
+    session = Session(
+        args.specs, engine=args.engine, pids=args.pid, command=command, engine_options=options
+    )
+    reason = "end"
+    with contextlib.ExitStack() as stack:
+        stream: IO[Any] = sys.stdout
+        if args.output:
+            stream = stack.enter_context(open(args.output, "w"))
+        sink = open_sink(args.format, stream)
+        try:
+            with signals_end_session():
+                try:
+                    session.start()
+                    for event in session.events(duration=args.duration, count=args.count):
+                        sink.write(event)
+                    if args.count is not None and session.hits.total() >= args.count:
+                        reason = f"{args.count} events"
+                    elif args.duration is not None:
+                        reason = "duration"
+                except KeyboardInterrupt:
+                    reason = "interrupted"
+                except Terminated as signal_end:
+                    reason = signal_end.message
+                finally:
+                    with contextlib.suppress(BrokenPipeError):
+                        sink.close()
+                    session.close()
+        finally:
+            session.close()
+    summary = session.summary(reason)
+    if not args.quiet:
+        print_summary(summary, sys.stderr)
+    return 0
+
+
+def print_summary(summary: Summary, stream: IO[str]) -> None:
+    console = Console(file=stream, soft_wrap=True, highlight=False)
+    table = Table(box=None, pad_edge=False, show_header=True)
+    table.add_column("event")
+    table.add_column("hits", justify="right")
+    for name, hits in sorted(summary.hits.items()):
+        table.add_row(name, str(hits))
+    console.print(
+        f"probescope: {summary.total} events in {summary.duration:.2f}s "
+        f"({summary.engine} engine, {summary.reason}); lost {summary.lost}"
+    )
+    if summary.hits:
+        console.print(table)
+    if summary.stats:
+        for note in summary.stats.notes:
+            console.print(f"note: {note}")
+        status = summary.stats.extra.get("command_status")
+        if status is not None:
+            console.print(f"command exited with status {status}")

@@ -1,0 +1,365 @@
+"""The tracefs engine: the kernel's own uprobes (and kprobes), recorded in a private instance
+and read back from the binary ring buffer.
+
+attach: reap leftovers of dead sessions → create instance `probescope-<pid>-<start>-<n>` →
+define every probe in group `probescope_<pid>_<start>_<n>` (one batched write) → read the
+formats → filter pids (set_event_pid + event-fork) → enable the group in the instance only.
+detach: close readers → read the loss counters → rmdir the instance (which disables its events)
+→ remove the group's definitions. Every step of detach runs even if an earlier one failed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+from probescope.engines.base import Availability, EngineStats, Target
+from probescope.engines.launch import GatedCommand
+from probescope.engines.tracefs.decoder import EventDecoder
+from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
+from probescope.engines.tracefs.format import (
+    parse_event_format,
+    parse_header_page,
+    parse_saved_cmdlines,
+)
+from probescope.engines.tracefs.instance import Instance
+from probescope.engines.tracefs.live_reader import LiveReader
+from probescope.engines.tracefs.ownership import Owner
+from probescope.engines.tracefs.reaper import find_leftovers, reap
+from probescope.engines.tracefs.ringbuffer import SubBufferLayout
+from probescope.engines.tracefs.tracefs import Tracefs, lockdown_state
+from probescope.errors import EngineUnavailable, ProbescopeError, TracefsError
+from probescope.events import Event, EventBatch, EventType
+from probescope.spec.kinds import BY_KIND
+from probescope.spec.model import ProbeSpec
+from probescope.spec.resolved import ResolvedProbe
+
+COMM_REFRESH_SECONDS = 0.02
+
+
+@dataclass
+class _Installed:
+    """What attach created, so detach knows exactly what to undo."""
+
+    instance: Instance | None = None
+    events: dict[str, list[EventName]] = field(default_factory=dict)
+
+
+class TracefsEngine:
+    name = "tracefs"
+
+    def __init__(
+        self,
+        tracefs: Tracefs | None = None,
+        *,
+        clock: str = "mono",
+        buffer_size_kb: int | None = None,
+        interval: float = 0.1,
+    ) -> None:
+        self.clock = clock
+        self.buffer_size_kb = buffer_size_kb
+        self.interval = interval
+        self._tracefs = tracefs
+        self._installed = _Installed()
+        self._types: dict[str, EventType] = {}
+        self._reader: LiveReader | None = None
+        self._decoder: EventDecoder | None = None
+        self._command: GatedCommand | None = None
+        self._pids: tuple[int, ...] = ()
+        self._comms_read_at = 0.0
+        self._tgid_checked: set[int] = set()
+        self._stats = EngineStats()
+        self._detached = False
+        self.group: str | None = None
+        self.definitions: list[str] = []
+
+    # -- availability ---------------------------------------------------------------------
+
+    def available(self) -> Availability:
+        try:
+            tracefs = self._tracefs or Tracefs.discover()
+        except EngineUnavailable as error:
+            return Availability(False, error.message, error.hint)
+        if lockdown_state() == "confidentiality":
+            return Availability(
+                False,
+                "kernel lockdown (confidentiality) forbids tracefs",
+                "use --engine ptrace",
+            )
+        if not tracefs.exists("uprobe_events"):
+            return Availability(
+                False, "the kernel has no uprobe events (CONFIG_UPROBE_EVENTS is off)"
+            )
+        if not os.access(tracefs.root / "uprobe_events", os.W_OK):
+            return Availability(
+                False,
+                "uprobe_events is not writable: not root",
+                "run as root or use --engine ptrace",
+            )
+        return Availability(True)
+
+    # -- attach ---------------------------------------------------------------------------
+
+    def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
+        tracefs = self._tracefs or Tracefs.discover()
+        self._tracefs = tracefs
+        self._reap_dead_sessions(tracefs)
+        owner = Owner.current()
+        serial = self._free_serial(tracefs, owner)
+        self.group = owner.group_name(serial)
+        try:
+            instance = Instance.create(tracefs, owner.instance_name(serial))
+            self._installed.instance = instance
+            instance.tracing_on(False)
+            instance.set_clock(self.clock)
+            if self.buffer_size_kb:
+                instance.set_buffer_size_kb(self.buffer_size_kb)
+            specs = self._session_specs(probes)
+            self._install(tracefs, specs)
+            self._decoder = self._build_decoder(instance, specs)
+            pids = list(target.pids)
+            if target.command:
+                self._command = GatedCommand(target.command)
+                pids = [self._command.start()]
+            self._pids = tuple(pids)
+            if pids:
+                instance.set_event_pids(pids, target.follow_children)
+            self._enable(instance, specs)
+            self._reader = LiveReader(
+                {cpu: instance.trace_pipe_raw(cpu) for cpu in instance.cpus()},
+                instance.subbuffer_size(),
+                self.interval,
+            )
+            instance.tracing_on(True)
+            if self._command is not None:
+                self._command.release()
+        except BaseException:
+            if self._command is not None:
+                self._command.abort()
+            self.detach()
+            raise
+
+    def _reap_dead_sessions(self, tracefs: Tracefs) -> None:
+        leftovers = find_leftovers(tracefs)
+        if leftovers:
+            errors = reap(tracefs, leftovers)
+            self._stats.notes.append(
+                f"removed {len(leftovers.describe())} leftovers of dead probescope sessions"
+                + (f" ({len(errors)} could not be removed)" if errors else "")
+            )
+
+    @staticmethod
+    def _free_serial(tracefs: Tracefs, owner: Owner) -> int:
+        taken = set(tracefs.list_dir("instances"))
+        serial = 0
+        while owner.instance_name(serial) in taken:
+            serial += 1
+        return serial
+
+    def _session_specs(self, probes: Sequence[ResolvedProbe]) -> list[ProbeSpec]:
+        """Every probe renamed into the session group, with one EventType per event name."""
+        assert self.group is not None
+        names: dict[tuple[str, str], str] = {}
+        used: set[str] = set()
+        specs = []
+        for probe in probes:
+            spec = probe.spec
+            key = (spec.group_name, spec.event_name)
+            name = names.get(key)
+            if name is None:
+                name = spec.event_name
+                serial = 1
+                while name in used:
+                    name = f"{spec.event_name[:58]}_{serial}"
+                    serial += 1
+                names[key] = name
+                used.add(name)
+                self._types[name] = EventType(
+                    group=spec.group_name,
+                    name=name,
+                    kind=spec.kind,
+                    arg_names=tuple(a.name for a in spec.args),
+                    arg_types=tuple(a.type for a in spec.args),
+                )
+            specs.append(replace(spec, group=self.group, event=name))
+        return specs
+
+    def _install(self, tracefs: Tracefs, specs: list[ProbeSpec]) -> None:
+        by_file: dict[str, list[ProbeSpec]] = {}
+        for spec in specs:
+            by_file.setdefault(BY_KIND[spec.kind].events_file, []).append(spec)
+        for events_file, file_specs in by_file.items():
+            events = DynamicEvents(tracefs, events_file)
+            if not events.available():
+                raise TracefsError(
+                    f"this kernel has no {events_file}",
+                    hint="kprobes need CONFIG_KPROBE_EVENTS" if "kprobe" in events_file else None,
+                )
+            events.install(file_specs)
+            self.definitions += [spec.definition() for spec in file_specs]
+            self._installed.events[events_file] = sorted(
+                {EventName(s.group_name, s.event_name) for s in file_specs},
+                key=str,
+            )
+
+    def _build_decoder(self, instance: Instance, specs: list[ProbeSpec]) -> EventDecoder:
+        layout = SubBufferLayout.from_header_page(
+            parse_header_page(instance.read("events/header_page")),
+            sub_buffer_size=instance.subbuffer_size(),
+        )
+        decoder = EventDecoder(layout)
+        added: set[str] = set()
+        for spec in specs:
+            if spec.event_name in added:
+                continue
+            added.add(spec.event_name)
+            event_format = parse_event_format(
+                instance.event_format(spec.group_name, spec.event_name), system=spec.group_name
+            )
+            decoder.add_event(event_format, probe=spec, event_type=self._types[spec.event_name])
+        return decoder
+
+    def _enable(self, instance: Instance, specs: list[ProbeSpec]) -> None:
+        """Enable the whole group in one write; if the kernel refuses, find each probe it
+        refuses (bad instruction, offset past the file) and say which."""
+        assert self.group is not None
+        try:
+            instance.enable_group(self.group)
+            return
+        except TracefsError as error:
+            first_error = error
+        instance.enable_group(self.group, on=False)
+        refused = []
+        for spec in specs:
+            try:
+                instance.enable_event(self.group, spec.event_name)
+                instance.enable_event(self.group, spec.event_name, on=False)
+            except TracefsError as error:
+                refused.append(
+                    f"{spec.source or spec.definition()}: {error.message.rsplit(': ', 1)[-1]}"
+                )
+        raise TracefsError(
+            "the kernel refused to arm " + ("; ".join(refused) if refused else first_error.message),
+            hint="the kernel checks the instruction at each offset when a probe is enabled: "
+            "an offset inside an instruction, past the end of the file, or on an instruction "
+            "uprobes cannot step (syscall, int3, ...) is refused",
+        )
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _refresh_comms(self, decoder: EventDecoder) -> None:
+        """The kernel's saved_cmdlines names the tasks the way its `trace` file does; it is
+        filled when events are recorded, so read it just before decoding them."""
+        now = time.monotonic()
+        if now - self._comms_read_at >= COMM_REFRESH_SECONDS and self._tracefs is not None:
+            self._comms_read_at = now
+            decoder.update_comms(parse_saved_cmdlines(self._tracefs.read("saved_cmdlines")))
+
+    def _fix_tgids(self, decoder: EventDecoder, batch: EventBatch) -> None:
+        """Records carry only the thread id; the process id of a thread seen for the first
+        time is read from /proc (threads of a live process) and remembered."""
+        checked = self._tgid_checked
+        fresh = {e.tid for e in batch.events if e.tid not in checked}
+        if not fresh:
+            return
+        learned = {}
+        for tid in fresh:
+            checked.add(tid)
+            tgid = _tgid_of(tid)
+            if tgid is not None and tgid != tid:
+                learned[tid] = tgid
+        if learned:
+            decoder.update_tgids(learned)
+            batch.events[:] = [
+                e._replace(pid=learned[e.tid]) if e.tid in learned else e for e in batch.events
+            ]
+
+    def _target_ended(self) -> bool:
+        if self._command is not None:
+            return self._command.poll() is not None
+        if self._pids:
+            return not any(os.path.exists(f"/proc/{pid}") for pid in self._pids)
+        return False
+
+    def events(self) -> Iterator[Event | EventBatch]:
+        reader, decoder = self._reader, self._decoder
+        if reader is None or decoder is None:
+            raise ProbescopeError("the tracefs engine is not attached")
+        ending = False
+        while not self._detached:
+            pages = list(reader.drain())
+            if pages:
+                self._refresh_comms(decoder)
+            batch = self._merge([decoder.decode(data, cpu) for cpu, data in pages])
+            self._stats.lost += batch.lost
+            self._fix_tgids(decoder, batch)
+            yield batch
+            if ending:
+                return
+            if self._target_ended():
+                ending = True  # one more drain for what the last moments recorded
+                continue
+            reader.wait()
+
+    @staticmethod
+    def _merge(batches: list[EventBatch]) -> EventBatch:
+        lost = sum(max(b.lost, 1) for b in batches if b.lost)  # -1: lost, count unknown
+        if not batches:
+            return EventBatch([], lost)
+        if len(batches) == 1:
+            return EventBatch(batches[0].events, lost)
+        events: list[Event] = [event for batch in batches for event in batch.events]
+        events.sort(key=lambda e: e.timestamp_ns)
+        return EventBatch(events, lost)
+
+    # -- teardown -------------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        if self._command is not None and self._command.returncode is not None:
+            self._stats.extra["command_status"] = self._command.returncode
+        return self._stats
+
+    def detach(self) -> None:
+        if self._detached:
+            return
+        self._detached = True
+        errors: list[ProbescopeError] = []
+        if self._reader is not None:
+            self._reader.close()
+        instance = self._installed.instance
+        if instance is not None:
+            try:
+                ring_lost = sum(instance.cpu_stats(cpu).lost for cpu in instance.cpus())
+                self._stats.lost = max(self._stats.lost, ring_lost)
+                self._stats.extra["ring_buffer_lost"] = ring_lost
+            except TracefsError:
+                pass
+            try:
+                instance.remove()
+            except TracefsError as error:
+                errors.append(error)
+        if self._tracefs is not None:
+            for events_file, names in self._installed.events.items():
+                errors += DynamicEvents(self._tracefs, events_file).remove(names)
+        if self._command is not None and self._command.poll() is None:
+            self._stats.notes.append(
+                f"{self._command.argv[0]} (pid {self._command.pid}) is still running, untraced"
+            )
+        if errors:
+            raise TracefsError(
+                "teardown left kernel state behind: " + "; ".join(e.message for e in errors),
+                hint="run `probescope cleanup --all` once the cause is fixed",
+            )
+
+
+def _tgid_of(tid: int) -> int | None:
+    try:
+        with open(f"/proc/{tid}/status") as status:
+            for line in status:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,230 @@
+"""Orchestration: specs → resolution → engine → events → sinks, with teardown guaranteed on
+every exit path (normal end, exceptions, Ctrl-C, SIGTERM, SIGHUP)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import FrameType, TracebackType
+from typing import Any
+
+from probescope.engines.base import Engine, EngineStats, Target
+from probescope.engines.registry import create_engine
+from probescope.errors import ProbescopeError
+from probescope.events import Event, EventBatch
+from probescope.spec.arch import Arch
+from probescope.spec.parse import Spec
+from probescope.spec.resolved import ResolvedProbe
+from probescope.symbols.resolve import resolve_specs
+
+
+class Terminated(ProbescopeError):
+    """probescope received SIGTERM or SIGHUP; the session ends cleanly."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_end_session() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into a Terminated exception in the main thread while the
+    session runs, so the same `finally` that handles Ctrl-C tears everything down."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Terminated(signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError):
+            previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP while a teardown runs, so a second Ctrl-C cannot cut it short."""
+    mask = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, mask)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@dataclass
+class Summary:
+    """What a session saw, for the report printed at its end."""
+
+    engine: str
+    duration: float
+    hits: Counter[str] = field(default_factory=Counter)
+    lost: int = 0
+    stats: EngineStats | None = None
+    reason: str = "end"
+
+    @property
+    def total(self) -> int:
+        return sum(self.hits.values())
+
+
+Handler = Callable[[Any], Any]
+
+
+class Session:
+    """A tracing session.
+
+        with Session(["bash:readline", "r:bash:readline line=+0($retval):string"]) as s:
+            for event in s.events(duration=5):
+                print(event.name, event.args)
+
+    Specs may be text in either form or parsed values. `engine` is `auto`, `tracefs` or
+    `ptrace`; `command` starts a program with the probes already armed (the session ends with
+    it); `pids` traces running processes and the threads and children they create.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[str | Spec] = (),
+        *,
+        engine: str = "auto",
+        pids: Sequence[int] = (),
+        command: Sequence[str] | None = None,
+        follow_children: bool = True,
+        arch: Arch | None = None,
+        probes: Sequence[ResolvedProbe] | None = None,
+        engine_options: dict[str, Any] | None = None,
+    ) -> None:
+        if command and pids:
+            raise ProbescopeError("give either a command or pids, not both")
+        resolve_pid = pids[0] if len(pids) == 1 else None
+        self.probes = (
+            list(probes) if probes is not None else resolve_specs(specs, pid=resolve_pid, arch=arch)
+        )
+        if not self.probes:
+            raise ProbescopeError("no probes to trace", hint="give at least one probe spec")
+        self.target = Target(
+            command=tuple(command) if command else None,
+            pids=tuple(pids),
+            follow_children=follow_children,
+        )
+        self.engine_name = engine
+        self.engine_options = engine_options or {}
+        self.engine: Engine | None = None
+        self.handlers: list[tuple[str | Spec, Handler]] = []
+        self.hits: Counter[str] = Counter()
+        self.lost = 0
+        self._started = 0.0
+        self._closed = False
+
+    def on(self, spec: str | Spec, handler: Handler) -> None:
+        """Run `handler(ctx)` synchronously at each hit of `spec`, while the thread is stopped
+        (ptrace engine). `ctx` reads and writes registers and memory; see docs/ptrace-engine.md."""
+        self.handlers.append((spec, handler))
+
+    def start(self) -> Session:
+        if self.engine is not None:
+            return self
+        engine = create_engine(
+            self.engine_name if not self.handlers else self._handler_engine(), self.probes
+        )
+        for option, value in self.engine_options.items():
+            setattr(engine, option, value)
+        if self.handlers:
+            self._register_handlers(engine)
+        self.engine = engine
+        self._started = time.monotonic()
+        try:
+            engine.attach(self.probes, self.target)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _handler_engine(self) -> str:
+        if self.engine_name not in ("auto", "ptrace"):
+            raise ProbescopeError(
+                "handlers run only in the ptrace engine", hint="use engine='ptrace' with on()"
+            )
+        return "ptrace"
+
+    def _register_handlers(self, engine: Engine) -> None:
+        register = getattr(engine, "on", None)
+        if register is None:
+            raise ProbescopeError(f"the {engine.name} engine does not run handlers")
+        for spec, handler in self.handlers:
+            for probe in resolve_specs([spec]):
+                match = next(
+                    (
+                        p
+                        for p in self.probes
+                        if p.path == probe.path
+                        and p.offset == probe.offset
+                        and p.kind == probe.kind
+                    ),
+                    None,
+                )
+                if match is None:
+                    self.probes.append(probe)
+                    match = probe
+                register(match, handler)
+
+    def events(self, *, duration: float | None = None, count: int | None = None) -> Iterator[Event]:
+        """Events in time order until the target ends, `duration` seconds pass, `count` events
+        arrived, or close() is called."""
+        self.start()
+        assert self.engine is not None
+        deadline = None if duration is None else self._started + duration
+        seen = 0
+        for item in self.engine.events():
+            batch = item.events if isinstance(item, EventBatch) else [item]
+            if isinstance(item, EventBatch):
+                self.lost += item.lost
+            for event in batch:
+                self.hits[f"{event.type.group}/{event.type.name}"] += 1
+                yield event
+                seen += 1
+                if count is not None and seen >= count:
+                    return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+
+    def close(self) -> None:
+        """Detach the engine and restore everything it changed. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.engine is not None:
+            with signals_deferred():
+                self.engine.detach()
+
+    def summary(self, reason: str = "end") -> Summary:
+        stats = self.engine.stats() if self.engine is not None else None
+        lost = max(self.lost, stats.lost if stats else 0)
+        return Summary(
+            engine=self.engine.name if self.engine else self.engine_name,
+            duration=time.monotonic() - self._started if self._started else 0.0,
+            hits=Counter(self.hits),
+            lost=lost,
+            stats=stats,
+            reason=reason,
+        )
+
+    def __enter__(self) -> Session:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

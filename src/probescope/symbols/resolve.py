@@ -1,0 +1,207 @@
+"""From specs to ResolvedProbes: locate the target, look up symbols, compute and check file
+offsets, and lower friendly specs into kernel-grammar ProbeSpecs.
+
+Every problem of every spec is collected before failing, and each is reported against the
+spec's own text with a caret.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+
+from probescope.errors import ProbescopeError, SpecError, SpecErrors, SymbolError
+from probescope.spec.arch import Arch, host_arch
+from probescope.spec.friendly import FriendlyProbe, event_name_for, lower_args
+from probescope.spec.model import DeleteSpec, ProbeKind, ProbeSpec, UprobeLocation
+from probescope.spec.parse import Spec, parse_probe
+from probescope.spec.resolved import ResolvedProbe
+from probescope.symbols.function import FunctionSymbol
+from probescope.symbols.ifunc import resolve_ifunc
+from probescope.symbols.insn import check_probe_offset
+from probescope.symbols.locate import locate_binary
+from probescope.symbols.table import SymbolTable
+
+
+def resolve_specs(
+    specs: Sequence[str | Spec], *, pid: int | None = None, arch: Arch | None = None
+) -> list[ResolvedProbe]:
+    """Parse (if text) and resolve every spec; raises one SpecErrors listing all problems."""
+    arch = arch or host_arch()
+    resolved: list[ResolvedProbe] = []
+    errors: list[SpecError] = []
+    for item in specs:
+        text = item if isinstance(item, str) else (getattr(item, "source", None) or str(item))
+        try:
+            spec = parse_probe(item, arch=arch) if isinstance(item, str) else item
+            resolved += resolve(spec, pid=pid, arch=arch)
+        except SpecErrors as many:
+            errors += many.errors
+        except SpecError as error:
+            errors.append(error)
+        except ProbescopeError as error:
+            errors.append(SpecError(error.message, spec=text, hint=error.hint))
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
+    return _unique_event_names(resolved)
+
+
+def resolve(spec: Spec, *, pid: int | None = None, arch: Arch | None = None) -> list[ResolvedProbe]:
+    arch = arch or host_arch()
+    if isinstance(spec, DeleteSpec):
+        raise SpecError(
+            "a delete command is not a probe",
+            spec=spec.source or str(spec),
+            column=0,
+            hint="probescope removes its own events when the session ends",
+        )
+    if isinstance(spec, FriendlyProbe):
+        return _resolve_friendly(spec, pid, arch)
+    if spec.kind.is_user:
+        return [_resolve_kernel_uprobe(spec)]
+    return [ResolvedProbe(spec=spec, kind=spec.kind, symbol=_kernel_symbol(spec))]
+
+
+def _kernel_symbol(spec: ProbeSpec) -> str | None:
+    return getattr(spec.location, "symbol", None)
+
+
+def _resolve_kernel_uprobe(spec: ProbeSpec) -> ResolvedProbe:
+    """A kernel-grammar uprobe: the offset is the user's; check it is a safe place anyway."""
+    location = spec.location
+    assert isinstance(location, UprobeLocation)
+    text = spec.source or str(spec)
+    column = text.find(location.path) if location.path in text else None
+    if not os.path.isfile(location.path):
+        raise SpecError(
+            f"{location.path!r} is not a regular file",
+            spec=text,
+            column=column,
+            hint="the kernel resolves the path in probescope's mount namespace",
+        )
+    table = _table(location.path, text, column)
+    function = table.function_at_offset(location.offset)
+    try:
+        check_probe_offset(location.path, location.offset, function)
+    except SymbolError as error:
+        offset_column = None if column is None else column + len(location.path) + 1
+        raise SpecError(error.message, spec=text, column=offset_column, hint=error.hint) from None
+    return _resolved(spec, location.path, location.offset, function, location.ref_ctr_offset)
+
+
+def _table(path: str, text: str, column: int | None) -> SymbolTable:
+    try:
+        return SymbolTable.for_path(path)
+    except SymbolError as error:
+        raise SpecError(error.message, spec=text, column=column, hint=error.hint) from None
+
+
+def _resolve_friendly(probe: FriendlyProbe, pid: int | None, arch: Arch) -> list[ResolvedProbe]:
+    text = probe.source
+    try:
+        path = str(locate_binary(probe.target, pid))
+    except SymbolError as error:
+        raise SpecError(
+            error.message, spec=text, column=probe.target_column, hint=error.hint
+        ) from None
+    table = _table(path, text, probe.target_column)
+
+    def at_symbol(error: SymbolError) -> SpecError:
+        return SpecError(error.message, spec=text, column=probe.symbol_column, hint=error.hint)
+
+    functions: list[FunctionSymbol | None]
+    try:
+        if probe.symbol is None:
+            functions = [table.function_at_offset(probe.offset)]
+        elif probe.is_glob:
+            matched = table.match(probe.symbol)
+            if not matched:
+                raise SymbolError(
+                    f"no function of {path} matches {probe.symbol!r}",
+                    hint=f"list them with: probescope symbols {probe.target} '{probe.symbol}'",
+                )
+            functions = list(matched)
+        else:
+            functions = [table.lookup(probe.symbol)]
+    except SymbolError as error:
+        raise at_symbol(error) from None
+
+    resolved = []
+    for function in functions:
+        if function is not None and function.is_ifunc:
+            try:
+                function = resolve_ifunc(path, function, table)
+            except SymbolError as error:
+                raise at_symbol(error) from None
+        offset = probe.offset if function is None else function.offset + probe.offset
+        if probe.symbol is None or probe.offset:
+            try:
+                check_probe_offset(path, offset, function)
+            except SymbolError as error:
+                raise at_symbol(error) from None
+        on_entry = function is not None and offset == function.offset
+        args = lower_args(probe, arch, on_entry=on_entry)
+        event = probe.event
+        if event is None and function is not None:
+            event = event_name_for(function.name, probe.offset, probe.is_return)
+        spec = ProbeSpec(
+            kind=probe.kind,
+            location=UprobeLocation(path, offset),
+            group=probe.group,
+            event=event,
+            args=args,
+            source=text,
+        )
+        resolved.append(_resolved(spec, path, offset, function, None))
+    return resolved
+
+
+def _resolved(
+    spec: ProbeSpec,
+    path: str,
+    offset: int,
+    function: FunctionSymbol | None,
+    ref_ctr_offset: int | None,
+) -> ResolvedProbe:
+    stat = os.stat(path)
+    return ResolvedProbe(
+        spec=spec,
+        kind=spec.kind,
+        path=path,
+        offset=offset,
+        ref_ctr_offset=ref_ctr_offset,
+        symbol=function.display_name if function else None,
+        symbol_offset=offset - function.offset if function else 0,
+        function_offset=function.offset if function else None,
+        function_size=function.size if function else None,
+        vaddr=(function.vaddr + offset - function.offset) if function else None,
+        device=stat.st_dev,
+        inode=stat.st_ino,
+    )
+
+
+def _unique_event_names(probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
+    """Derived names that collide (same function name in two libraries, aliases in a glob) get
+    a numeric suffix; names the user chose are kept, so repeating one appends probe points to
+    one event the way the kernel does."""
+    seen: dict[tuple[str, str], int] = {}
+    result = []
+    for probe in probes:
+        spec = probe.spec
+        key = (spec.group_name, spec.event_name)
+        count = seen.get(key, 0)
+        seen[key] = count + 1
+        user_named = spec.kind in (ProbeKind.UPROBE, ProbeKind.URETPROBE) and _user_named(spec)
+        if count and not user_named:
+            new_name = f"{spec.event_name[:60]}_{count}"
+            seen[(spec.group_name, new_name)] = 1
+            probe = replace(probe, spec=replace(spec, event=new_name))
+        result.append(probe)
+    return result
+
+
+def _user_named(spec: ProbeSpec) -> bool:
+    source = spec.source or ""
+    first = source.split(None, 1)[0] if source.strip() else ""
+    return first[:1] in ("p", "r") and first[1:2] == ":" and first.count(":") == 1
