@@ -1,0 +1,194 @@
+"""PtraceEngine: the Engine protocol over the user-space uprobe tracer.
+
+Threading rule: ptrace ties each tracee to the thread that attached it, so `attach()` and the
+iteration of `events()` must happen on the same thread. `detach()` may be called from anywhere:
+on that thread (including from a signal handler that interrupts the loop) it detaches at once;
+from another thread it asks the loop, which looks at least every 100 ms, and waits for it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+
+from probescope.engines.base import Availability, EngineStats, Target
+from probescope.engines.ptrace import availability
+from probescope.engines.ptrace.handlers import HitContext
+from probescope.engines.ptrace.sites import build_sites
+from probescope.engines.ptrace.tracee import ProbeSite
+from probescope.engines.ptrace.tracer import Tracer, TracerOptions, exit_status_code
+from probescope.errors import EngineUnavailable, PtraceError
+from probescope.events import Event, EventBatch
+from probescope.spec.resolved import ResolvedProbe
+
+Handler = Callable[[HitContext], None]
+_CROSS_THREAD_DETACH_TIMEOUT = 10.0
+
+
+class PtraceEngine:
+    """uprobes in user space: int3 + execute out of line + return trampolines, via ptrace.
+
+    `pin_cpu`: True pins the tracer and its tracees to one CPU (a stop costs ~10x less when
+    both sides share a CPU), an int picks that CPU, False leaves affinities alone.
+    `emulate`: emulate relative branches/calls/nops at the stop (False runs every displaced
+    instruction from its slot). `single_step`: execute displaced instructions the kernel's way,
+    single-stepping a copy (two stops per hit; for comparison).
+    """
+
+    name = "ptrace"
+
+    def __init__(self, *, pin_cpu: bool | int = True, emulate: bool = True,
+                 single_step: bool = False) -> None:
+        self._options = TracerOptions(pin_cpu=pin_cpu, emulate=emulate, single_step=single_step)
+        self._handlers: dict[ResolvedProbe, list[Handler]] = {}
+        self._sites: list[ProbeSite] = []
+        self._tracer: Tracer | None = None
+        self._owner: int | None = None
+        self._events_started = False
+        self._pids: list[int] = []
+
+    # -- Engine protocol ---------------------------------------------------------------------
+
+    def available(self) -> Availability:
+        return availability.check()
+
+    def on(self, probe: ResolvedProbe, handler: Handler) -> None:
+        """Run `handler(ctx)` synchronously at every hit of `probe` (see HitContext)."""
+        self._handlers.setdefault(probe, []).append(handler)
+        for site in self._sites:
+            if site.probe == probe and handler not in site.handlers:
+                site.handlers.append(handler)
+
+    def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
+        if self._tracer is not None:
+            raise PtraceError("this engine is already attached; use a new PtraceEngine")
+        if target.system_wide:
+            raise EngineUnavailable(
+                "the ptrace engine traces processes, not the whole system",
+                hint="give a command to run (-c) or process ids to attach to (-p)",
+            )
+        ready = self.available()
+        if not ready.ok:
+            raise EngineUnavailable(ready.reason, hint=ready.hint)
+        self._sites = build_sites(probes, self._handlers)
+        self._options.follow_children = target.follow_children
+        tracer = Tracer(self._sites, self._options)
+        self._tracer = tracer
+        self._owner = threading.get_ident()
+        _register_atexit(self)
+        try:
+            if target.command is not None:
+                self._pids.append(tracer.spawn(target.command))
+            for pid in target.pids:
+                tracer.attach(pid)
+                self._pids.append(pid)
+        except BaseException:
+            tracer.detach()
+            raise
+
+    def events(self) -> Iterator[Event | EventBatch]:
+        tracer = self._require_tracer()
+        if threading.get_ident() != self._owner:
+            raise PtraceError(
+                "events() must be iterated on the thread that called attach() "
+                "(ptrace ties tracees to the attaching thread)"
+            )
+        if self._events_started:
+            raise PtraceError("events() can be iterated only once per attach")
+        self._events_started = True
+        try:
+            yield from tracer.run()
+        finally:
+            self.detach()
+
+    def stats(self) -> EngineStats:
+        stats = EngineStats()
+        tracer = self._tracer
+        if tracer is None:
+            return stats
+        counters = tracer.counters
+        stats.hits = dict(counters.by_event)
+        stats.notes = list(counters.notes)
+        stats.extra = {
+            "stops": counters.stops,
+            "hits": counters.hits,
+            "emulated": counters.emulated,
+            "slot_runs": counters.slot_runs,
+            "single_steps": counters.single_steps,
+            "hijacks": counters.hijacks,
+            "trampolines": counters.trampolines,
+            "depth_omitted": counters.depth_omitted,
+            "breakpoints": counters.breakpoints,
+            "xol_pages": counters.xol_pages,
+            "injection_steps": tracer.injector.steps,
+        }
+        if counters.depth_omitted:
+            stats.notes.append(
+                f"{counters.depth_omitted} return probes omitted: nesting deeper than 64"
+            )
+        return stats
+
+    def detach(self) -> None:
+        """Restore every byte and return address, unmap our pages, let every thread go.
+
+        Idempotent; safe from a signal handler on the tracing thread and from other threads.
+        """
+        tracer = self._tracer
+        if tracer is None or tracer.detached:
+            return
+        if threading.get_ident() == self._owner:
+            tracer.detach()
+            return
+        tracer.detach_requested = True  # the loop looks at least every TICK seconds
+        deadline = time.monotonic() + _CROSS_THREAD_DETACH_TIMEOUT
+        while not tracer.detached and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if not tracer.detached:
+            raise PtraceError(
+                "detach did not complete: the thread that attached is not iterating events()",
+                hint="call detach() on the thread that called attach()",
+            )
+
+    # -- extras ------------------------------------------------------------------------------
+
+    @property
+    def pids(self) -> list[int]:
+        """The processes this engine started or attached to."""
+        return list(self._pids)
+
+    @property
+    def exit_code(self) -> int | None:
+        """Exit code of the started command (negative: killed by that signal), once it ended."""
+        tracer = self._tracer
+        return None if tracer is None else exit_status_code(tracer.root_status)
+
+    def _require_tracer(self) -> Tracer:
+        if self._tracer is None:
+            raise PtraceError("attach() first")
+        return self._tracer
+
+
+_live: weakref.WeakSet[PtraceEngine] = weakref.WeakSet()
+_atexit_registered = False
+
+
+def _register_atexit(engine: PtraceEngine) -> None:
+    global _atexit_registered
+    _live.add(engine)
+    if not _atexit_registered:
+        atexit.register(_detach_all)
+        _atexit_registered = True
+
+
+def _detach_all() -> None:
+    for engine in list(_live):
+        try:
+            engine.detach()
+        except Exception:  # best effort at interpreter exit
+            pass
+
+
+__all__ = ["HitContext", "PtraceEngine"]
