@@ -163,4 +163,7 @@ def build_initramfs(kernel: KernelImage, busybox: Busybox, cache: Path) -> Path:
     with tempfile.NamedTemporaryFile(dir=cache, prefix=".initramfs-", delete=False) as out:
         out.write(payload)
     Path(out.name).rename(target)
+    for stale in cache.glob(f"initramfs-{kernel.release}-*.cpio.gz"):
+        if stale != target:
+            stale.unlink(missing_ok=True)
     return target

@@ -86,25 +86,33 @@ def cache_lock(cache: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def kernel_candidates() -> list[str]:
-    """Package names to try: $PROBESCOPE_VM_KERNEL_PACKAGE, then what apt knows, then fallbacks."""
+def kernel_candidates() -> Iterator[str]:
+    """Package names to try, best first, without repeats: $PROBESCOPE_VM_KERNEL_PACKAGE alone,
+    else what linux-image-amd64 depends on, then every 6.1 generic kernel apt lists (newest
+    first), then FALLBACK_KERNEL_PACKAGES. Lazy: apt-cache search runs only if needed.
+    """
     override = os.environ.get("PROBESCOPE_VM_KERNEL_PACKAGE")
     if override:
-        return [override]
-    names: list[str] = []
+        yield override
+        return
+    seen: set[str] = set()
+    for name in _candidate_stream():
+        if name not in seen:
+            seen.add(name)
+            yield name
+
+
+def _candidate_stream() -> Iterator[str]:
     depends = _apt_cache("depends", "linux-image-amd64")
-    names += [
-        m.group(1)
-        for m in re.finditer(r"Depends:\s*(linux-image-\S+)", depends)
-        if _KERNEL_PACKAGE.match(m.group(1))
-    ]
+    for match in re.finditer(r"Depends:\s*(linux-image-\S+)", depends):
+        if _KERNEL_PACKAGE.match(match.group(1)):
+            yield match.group(1)
     found = _apt_cache("search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$")
     listed = [line.split(" - ")[0].strip() for line in found.splitlines()]
-    names += sorted(
+    yield from sorted(
         (n for n in listed if _KERNEL_PACKAGE.match(n)), key=_abi_number, reverse=True
     )
-    names += FALLBACK_KERNEL_PACKAGES
-    return list(dict.fromkeys(names))
+    yield from FALLBACK_KERNEL_PACKAGES
 
 
 def _abi_number(package: str | Path) -> int:
@@ -114,34 +122,34 @@ def _abi_number(package: str | Path) -> int:
 
 
 def fetch_kernel(cache: Path | None = None) -> KernelImage:
-    """The newest obtainable 6.1 generic kernel, from the cache when it holds a candidate."""
+    """The best obtainable 6.1 generic kernel: candidates in order, each from the cache or apt.
+
+    When no candidate can be downloaded (offline, stale apt lists even after `apt-get update`),
+    the newest kernel already in the cache is used.
+    """
     cache = cache or cache_dir()
+    failures: list[str] = []
     with cache_lock(cache):
-        candidates = kernel_candidates()
-        for name in candidates:
-            cached = _load_kernel(cache / name)
-            if cached is not None:
-                return cached
-        failures: list[str] = []
         for attempt in range(2):
-            for name in candidates:
+            for name in kernel_candidates():
+                image = _load_kernel(cache / name)
+                if image is not None:
+                    return image
                 try:
                     return _download_kernel(cache, name)
                 except _DownloadFailed as exc:
                     failures.append(f"{name}: {exc}")
-            failures = list(dict.fromkeys(failures))
             if attempt == 0 and not _refresh_apt_lists():
                 break
-            candidates = kernel_candidates()
         for stale in sorted(
             cache.glob("linux-image-6.1.0-*-amd64"), key=_abi_number, reverse=True
         ):
-            cached = _load_kernel(stale)
-            if cached is not None:
-                return cached
+            image = _load_kernel(stale)
+            if image is not None:
+                return image
     raise GuestUnavailable(
         "cannot obtain a Debian 6.1 generic kernel package with apt-get download:\n  "
-        + "\n  ".join(failures[-6:]),
+        + "\n  ".join(list(dict.fromkeys(failures))[-6:]),
         hint="check network access to the Debian archive, or set PROBESCOPE_VM_KERNEL_PACKAGE",
     )
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from support.build import CACHE as BUILD_CACHE
 from vm.guest import SCRATCH_PREFIX, GuestKernel, qemu_processes, reap_stale_scratch
 from vm.guest_errors import GuestBootError, GuestTimeout
 
@@ -78,17 +79,23 @@ def test_host_root_is_read_only_and_scratch_places_are_writable(
 ) -> None:
     marker = guest_kernel.shared_dir / "from-host"
     marker.write_text("hello guest\n")
+    in_build_cache = BUILD_CACHE / f"probescope-vm-check-{os.getpid()}"
     script = f"""
         cat {marker}
         touch /usr/probescope-must-fail 2>/dev/null && echo host-root-writable
         for d in /tmp /var/tmp /run /dev/shm; do touch $d/x && echo $d ok; done
         echo back > {guest_kernel.shared_dir}/from-guest
+        echo built > {in_build_cache}
     """
-    result = guest_kernel.run(textwrap.dedent(script))
-    assert result.stdout.split("\n") == [
-        "hello guest", "/tmp ok", "/var/tmp ok", "/run ok", "/dev/shm ok", "",
-    ], result.stderr
-    assert (guest_kernel.shared_dir / "from-guest").read_text() == "back\n"
+    try:
+        result = guest_kernel.run(textwrap.dedent(script))
+        assert result.stdout.split("\n") == [
+            "hello guest", "/tmp ok", "/var/tmp ok", "/run ok", "/dev/shm ok", "",
+        ], result.stderr
+        assert (guest_kernel.shared_dir / "from-guest").read_text() == "back\n"
+        assert in_build_cache.read_text() == "built\n"
+    finally:
+        in_build_cache.unlink(missing_ok=True)
 
 
 def test_gcc_and_python_work_in_the_guest(guest_kernel: GuestKernel) -> None:
