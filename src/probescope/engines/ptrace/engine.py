@@ -115,6 +115,7 @@ class PtraceEngine:
         stats.extra = {
             "stops": counters.stops,
             "hits": counters.hits,
+            "internal_hits": counters.internal_hits,
             "emulated": counters.emulated,
             "slot_runs": counters.slot_runs,
             "single_steps": counters.single_steps,

@@ -75,6 +75,7 @@ class ReturnInstance:
     breakpoint: Breakpoint
     chained: bool
     entry_ns: int
+    exposed: bool = False  # original put back while an exception unwinds
 
 
 @dataclass
@@ -100,6 +101,7 @@ class AddressSpace:
         self.rendezvous: Any = None
         self.last_scan = 0.0
         self.return_refusal: str | None = None
+        self.unwinder_checked: set[tuple[int, int, int]] = set()
         self.shared_with: AddressSpace | None = None  # vfork child: parent's mm
         self.threads: set[int] = set()
         self.closed = False

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs, rendezvous, spawn, syscalls, xol
+from probescope.engines.ptrace import procfs, rendezvous, spawn, syscalls, unwinder, xol
 from probescope.engines.ptrace.fetch import FetchContext
 from probescope.engines.ptrace.handlers import HitContext
 from probescope.engines.ptrace.tracee import (
@@ -58,6 +58,7 @@ class TracerOptions:
 class Counters:
     stops: int = 0
     hits: int = 0
+    internal_hits: int = 0  # the dynamic linker's rendezvous and unwinder hooks
     emulated: int = 0
     slot_runs: int = 0
     single_steps: int = 0
@@ -259,6 +260,8 @@ class Tracer:
         for address, bp in list(process.breakpoints.items()):
             if bp.internal is None and address not in live:
                 del process.breakpoints[address]
+        if self.has_return_sites:
+            self._hook_unwinders(thread, mappings)
         if not wanted:
             return
         if self.has_return_sites and process.trampoline is None:
@@ -304,6 +307,39 @@ class Tracer:
         bp.inserted = True
         self.counters.breakpoints += 1
         return bp
+
+    def _hook_unwinders(self, thread: Thread, mappings: list[procfs.Mapping]) -> None:
+        """Breakpoints where exception unwinding starts and where it is caught (unwinder.py)."""
+        process = thread.process
+        main = unwinder.executable_path(thread.tgid)
+        try:
+            main_key = procfs.file_key(f"/proc/{thread.tgid}/exe") if main else None
+        except OSError:
+            main_key = None
+        for mapping in mappings:
+            key = mapping.file_key
+            if not mapping.executable or not mapping.inode or key in process.unwinder_checked:
+                continue
+            if not unwinder.worth_checking(mapping.path, key == main_key):
+                continue
+            process.unwinder_checked.add(key)
+            paths = [mapping.path, f"/proc/{thread.tgid}/root{mapping.path}",
+                     f"/proc/{thread.tgid}/map_files/{mapping.start:x}-{mapping.end:x}"]
+            for kind, offset in unwinder.hooks_in(paths, key):
+                holder = next((m for m in mappings if m.file_key == key and m.executable
+                               and m.contains_offset(offset)), None)
+                if holder is None:
+                    continue
+                address = holder.address_of(offset)
+                existing = process.breakpoints.get(address)
+                if existing is not None:
+                    existing.internal = kind
+                    continue
+                try:
+                    self._insert(thread, holder, address, offset, None, internal=kind)
+                except PtraceError as error:
+                    self.counters.notes.append(
+                        f"C++ exceptions through return probes unsupported: {error.message}")
 
     def _slot(self, thread: Thread, near: int, batch: int = 1) -> int:
         process = thread.process
@@ -468,9 +504,11 @@ class Tracer:
         regs.rip = address
         now = time.monotonic_ns()
         counters = self.counters
-        counters.hits += 1
         if bp.internal is not None:
-            self._rendezvous_hit(thread)
+            counters.internal_hits += 1
+            self._internal_hit(thread, bp)
+        else:
+            counters.hits += 1
         if not thread.silent:
             if bp.entry_sites:
                 self._emit_entries(thread, bp, now)
@@ -725,6 +763,41 @@ class Tracer:
         process = thread.process
         if process.rendezvous is None and time.monotonic() - process.last_scan > _SCAN_INTERVAL:
             self._rescan(thread)
+
+    def _internal_hit(self, thread: Thread, bp: Breakpoint) -> None:
+        if bp.internal == "rendezvous":
+            self._rendezvous_hit(thread)
+        elif bp.internal == unwinder.EXPOSE:
+            self._expose_returns(thread)
+        elif bp.internal == unwinder.CATCH:
+            self._rehijack_returns(thread)
+
+    def _expose_returns(self, thread: Thread) -> None:
+        """An exception starts unwinding: let the unwinder see real return addresses."""
+        process = thread.process
+        for instance in thread.shadow:
+            if instance.exposed:
+                continue
+            instance.exposed = True
+            if not instance.chained and process.memory.read_word(
+                    instance.stack) == process.trampoline:
+                process.memory.write_data(instance.stack, struct.pack("<Q", instance.original))
+
+    def _rehijack_returns(self, thread: Thread) -> None:
+        """An exception was caught: frames below sp are gone, the others get their hijack back."""
+        process = thread.process
+        sp = int(thread.regs.rsp)
+        shadow = thread.shadow
+        while shadow and not sp < shadow[-1].stack:
+            shadow.pop()
+        trampoline = process.trampoline
+        for instance in shadow:
+            if not instance.exposed or trampoline is None:
+                continue
+            instance.exposed = False
+            if not instance.chained and process.memory.read_word(
+                    instance.stack) == instance.original:
+                process.memory.write_data(instance.stack, struct.pack("<Q", trampoline))
 
     def _rendezvous_hit(self, thread: Thread) -> None:
         process = thread.process
@@ -1143,7 +1216,7 @@ class Tracer:
         process = thread.process
         trampoline = process.trampoline
         for instance in thread.shadow:
-            if instance.chained:
+            if instance.chained or instance.exposed:
                 continue
             if process.memory.read_word(instance.stack) == trampoline:
                 process.memory.write_data(instance.stack, struct.pack("<Q", instance.original))

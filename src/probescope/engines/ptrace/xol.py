@@ -44,10 +44,15 @@ class SyscallInjector:
         thread.regset.fetch(tid)
         saved = thread.regs.copy()
         thread.injection_regs = saved
+        call = saved.copy()
+        arch.set_syscall(call, site, number, *args)
+        done = site + len(arch.SYSCALL_INSTRUCTION)
         try:
-            arch.set_syscall(thread.regs, site, number, *args)
-            thread.regset.store(tid)
-            while True:
+            for _ in range(16):
+                # (Re)load the call: a stop can come before the syscall runs — the first step
+                # after an exec stop traps at once, and execve's return value overwrites rax.
+                thread.regs.assign(call)
+                thread.regset.store(tid)
                 syscalls.singlestep(tid)
                 self.steps += 1
                 _, status = os.waitpid(tid, syscalls.WALL)
@@ -61,11 +66,16 @@ class SyscallInjector:
                     # A signal arrived before the syscall ran: hand it on after we are done.
                     thread.pending_signal = sig
                     continue
-                if syscalls.stop_event(status) != 0:
-                    continue
                 thread.regset.fetch(tid)
-                if thread.regs.rip == site + len(arch.SYSCALL_INSTRUCTION):
+                if thread.regs.rip == done:
                     break
+                if thread.regs.rip != site:
+                    raise PtraceError(
+                        f"injected system call in thread {tid} went astray "
+                        f"(ip 0x{thread.regs.rip:x})"
+                    )
+            else:
+                raise PtraceError(f"injected system call in thread {tid} did not run")
             result = arch.syscall_result(thread.regs)
         finally:
             thread.regs.assign(saved)
