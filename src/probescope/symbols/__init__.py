@@ -9,22 +9,48 @@ The public API, by job:
 - processes: `read_maps(pid)`, `runtime_address(pid, file, offset)`,
   `file_offset_of_address(pid, address)`;
 - files: `file_identity(path)`, `ElfImage.from_path(path)` (`.build_id`, `.notes()`, ...).
+
+Submodules load on first use, so `import probescope.symbols` stays cheap for the hot path
+(a cached table lookup) that needs only the table and its cache.
 """
 
-from probescope.symbols.elfimage import ElfImage
-from probescope.symbols.function import FunctionSymbol
-from probescope.symbols.identity import FileIdentity, file_identity
-from probescope.symbols.ifunc import ifunc_implementations, resolve_ifunc
-from probescope.symbols.insn import check_probe_offset
-from probescope.symbols.locate import locate_binary
-from probescope.symbols.maps import (
-    Mapping,
-    file_offset_of_address,
-    read_maps,
-    runtime_address,
-    runtime_addresses,
-)
-from probescope.symbols.table import SymbolTable
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from probescope.symbols.elfimage import ElfImage
+    from probescope.symbols.function import FunctionSymbol
+    from probescope.symbols.identity import FileIdentity, file_identity
+    from probescope.symbols.ifunc import ifunc_implementations, resolve_ifunc
+    from probescope.symbols.insn import check_probe_offset
+    from probescope.symbols.locate import locate_binary
+    from probescope.symbols.maps import (
+        Mapping,
+        file_offset_of_address,
+        read_maps,
+        runtime_address,
+        runtime_addresses,
+    )
+    from probescope.symbols.table import SymbolTable
+
+_HOMES = {
+    "ElfImage": "elfimage",
+    "FunctionSymbol": "function",
+    "FileIdentity": "identity",
+    "file_identity": "identity",
+    "ifunc_implementations": "ifunc",
+    "resolve_ifunc": "ifunc",
+    "check_probe_offset": "insn",
+    "locate_binary": "locate",
+    "Mapping": "maps",
+    "file_offset_of_address": "maps",
+    "read_maps": "maps",
+    "runtime_address": "maps",
+    "runtime_addresses": "maps",
+    "SymbolTable": "table",
+}
 
 __all__ = [
     "ElfImage",
@@ -42,3 +68,12 @@ __all__ = [
     "runtime_address",
     "runtime_addresses",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'probescope.symbols' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"probescope.symbols.{home}"), name)
+    globals()[name] = value
+    return value

@@ -60,6 +60,12 @@ NT_GNU_BUILD_ID = 3
 DT_NULL, DT_NEEDED, DT_SONAME = 0, 1, 14
 
 
+# st_info → 1 for STT_FUNC and STT_GNU_IFUNC (low nibble 2 or 10), else 0
+_FUNCTION_TYPES = bytes(
+    1 if value & 0xF in (STT_FUNC, STT_GNU_IFUNC) else 0 for value in range(256)
+)
+
+
 class Section(NamedTuple):
     """One section header, with its name resolved from `.shstrtab`."""
 
@@ -379,28 +385,39 @@ class ElfImage:
         return name, info, other, shndx, value, size
 
     def function_symbols(self, section: Section) -> list[ElfSymbol]:
-        """Defined STT_FUNC/STT_GNU_IFUNC entries with a non-zero value — the hot path."""
+        """Defined STT_FUNC/STT_GNU_IFUNC entries with a non-zero value — the hot path.
+
+        The st_info bytes of all entries are sliced out at once and mapped to a 0/1 mask, so
+        only function entries are unpacked and named.
+        """
         data, strings = self._symbol_bytes(section)
+        info_at = 12 if not self.is_64bit else 4
+        mask = data[info_at :: self._sym_size].translate(_FUNCTION_TYPES)
         found = []
         find = strings.find
         limit = len(strings)
         is_64bit = self.is_64bit
+        unpack = struct.Struct(self._sym).unpack_from
+        size_of = self._sym_size
         new = tuple.__new__
-        for index, fields in enumerate(struct.iter_unpack(self._sym, data)):
+        index = mask.find(1)
+        while index >= 0:
+            fields = unpack(data, index * size_of)
             if is_64bit:
                 name, info, other, shndx, value, size = fields
             else:
                 name, value, size, info, other, shndx = fields
-            kind = info & 0xF
-            if (kind != STT_FUNC and kind != STT_GNU_IFUNC) or shndx == SHN_UNDEF or value == 0:
-                continue
-            if name >= limit:
-                self._require(
-                    False, f"symbol {index} of {section.name!r} has a name beyond its string table"
+            if shndx != SHN_UNDEF and value != 0:
+                if name >= limit:
+                    self._require(
+                        False, f"symbol {index} of {section.name!r} has a name beyond its strings"
+                    )
+                end = find(b"\0", name)
+                text = strings[name : end if end >= 0 else limit].decode("utf-8", "surrogateescape")
+                found.append(
+                    new(ElfSymbol, (text, value, size, info >> 4, info & 0xF, other, shndx, index))
                 )
-            end = find(b"\0", name)
-            text = strings[name : end if end >= 0 else limit].decode("utf-8", "surrogateescape")
-            found.append(new(ElfSymbol, (text, value, size, info >> 4, kind, other, shndx, index)))
+            index = mask.find(1, index + 1)
         return found
 
     def symbol_versions(self) -> list[SymbolVersion] | None:

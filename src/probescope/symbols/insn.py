@@ -100,22 +100,31 @@ def check_probe_offset(
         function = table.function_at_offset(offset)
         if function is None:
             return
-    elif not function.contains_offset(offset):
+    end = _function_end(table, function)
+    if not function.offset <= offset < max(end, function.offset + 1):
         relative = offset - function.offset
         raise SymbolError(
             f"offset {offset:#x} is outside {function.display_name} "
-            f"(file offsets {function.offset:#x}-{function.end_offset:#x}, "
+            f"(file offsets {function.offset:#x}-{end:#x}, "
             f"{function.display_name}{relative:+#x})",
-            hint=f"{function.display_name} is {function.size} bytes long",
+            hint=f"{function.display_name} is {end - function.offset} bytes long",
         )
     if offset == function.offset:
         return
     if table.machine == EM_AARCH64:
         _check_fixed_width(path, table, function, offset, 4)
-        return
-    if table.machine not in (EM_X86_64, EM_386):
-        return
-    _check_decoded(path, table, function, offset)
+    elif table.machine in (EM_X86_64, EM_386):
+        _check_decoded(path, table, function, offset)
+
+
+def _function_end(table: SymbolTable, function: FunctionSymbol) -> int:
+    """End offset of `function`: its st_size, or up to the next function when it has none."""
+    if function.size:
+        return function.offset + function.size
+    following = table.next_function_offset(function.offset)
+    segment = table.load_for_offset(function.offset)
+    segment_end = function.offset if segment is None else segment.offset + segment.filesz
+    return segment_end if following is None else min(following, segment_end)
 
 
 def _label(function: FunctionSymbol, offset: int) -> str:
@@ -129,9 +138,15 @@ def _check_fixed_width(
     misalignment = (offset - function.offset) % width
     if misalignment:
         before = offset - misalignment
+        with open(path, "rb") as stream:
+            stream.seek(before)
+            word = stream.read(width)
+        decoded = decode(word, function.vaddr + before - function.offset, table.machine)
+        text = f" ({decoded[0].text})" if decoded else ""
         raise SymbolError(
-            f"offset {offset:#x} ({_label(function, offset)}) is not on a {width}-byte "
-            f"instruction boundary",
+            f"offset {offset:#x} ({_label(function, offset)}) is inside the instruction at "
+            f"{before:#x}{text} of {function.display_name}: {table.machine_name} instructions "
+            f"are {width} bytes",
             hint=f"nearest instruction boundaries: {before:#x} ({_label(function, before)}), "
             f"{before + width:#x} ({_label(function, before + width)})",
         )
@@ -139,7 +154,7 @@ def _check_fixed_width(
 
 def _check_decoded(path: str, table: SymbolTable, function: FunctionSymbol, offset: int) -> None:
     wanted = offset - function.offset
-    limit = max(function.size, wanted + DECODE_SLACK)
+    limit = max(_function_end(table, function) - function.offset, wanted + DECODE_SLACK)
     code = function_code(path, table, function, limit)
     instructions = decode(code, function.vaddr, table.machine)
     previous: Instruction | None = None

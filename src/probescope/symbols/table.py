@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from probescope.errors import SymbolError
@@ -48,16 +49,26 @@ def clear_memory_cache() -> None:
     _MEMO.clear()
 
 
-class _Name:
-    """One spelling of a function in the lookup index."""
+# The lookup index: plain name → spellings, each (function number, version, hidden, binding).
+Spelling = tuple[int, str | None, bool, str]
+NameIndex = dict[str, list[Spelling]]
 
-    __slots__ = ("binding", "function", "hidden", "version")
 
-    def __init__(self, function: int, version: str | None, hidden: bool, binding: str) -> None:
-        self.function = function
-        self.version = version
-        self.hidden = hidden
-        self.binding = binding
+def _name_index(
+    functions: Sequence[FunctionSymbol], alias_bindings: Sequence[tuple[str, ...]]
+) -> NameIndex:
+    index: NameIndex = {}
+    for number, (function, bindings) in enumerate(zip(functions, alias_bindings, strict=True)):
+        hidden = function.version is not None and not function.is_default_version
+        index.setdefault(function.name, []).append(
+            (number, function.version, hidden, function.binding)
+        )
+        for alias, binding in zip(function.aliases, bindings, strict=True):
+            name, version, default = split_versioned_name(alias)
+            index.setdefault(name, []).append(
+                (number, version, version is not None and not default, binding)
+            )
+    return index
 
 
 class SymbolTable:
@@ -79,7 +90,7 @@ class SymbolTable:
         build_id: str | None,
         loads: Sequence[Segment],
         functions: list[FunctionSymbol],
-        alias_bindings: list[tuple[str, ...]],
+        names: NameIndex,
         sources: tuple[str, ...],
         debug_file: str | None,
         has_symtab: bool,
@@ -94,13 +105,12 @@ class SymbolTable:
         self.build_id = build_id
         self.loads = tuple(loads)
         self.functions = functions
-        self._alias_bindings = alias_bindings
+        self._index = names
         self.sources = sources
         self.debug_file = debug_file
         self.has_symtab = has_symtab
         self.debug_notes = debug_notes
         self.from_cache = from_cache
-        self._index: dict[str, list[_Name]] | None = None
         self._starts: list[int] | None = None
 
     # ---- construction ----------------------------------------------------------------------------
@@ -225,7 +235,7 @@ class SymbolTable:
                 build_id=image.build_id,
                 loads=image.loads,
                 functions=functions,
-                alias_bindings=alias_bindings,
+                names=_name_index(functions, alias_bindings),
                 sources=tuple(sources),
                 debug_file=debug_file,
                 has_symtab=symtab is not None,
@@ -248,7 +258,7 @@ class SymbolTable:
             self.build_id,
             tuple(tuple(s) for s in self.loads),
             tuple(tuple(f) for f in self.functions),
-            tuple(self._alias_bindings),
+            self._index,
             self.sources,
             self.debug_file,
             self.has_symtab,
@@ -264,13 +274,13 @@ class SymbolTable:
             build_id,
             loads,
             rows,
-            alias_bindings,
+            names,
             sources,
             debug_file,
             has_symtab,
             notes,
         ) = state
-        make = FunctionSymbol._make
+        make = partial(tuple.__new__, FunctionSymbol)
         return cls(
             path=path,
             identity=identity,
@@ -279,8 +289,8 @@ class SymbolTable:
             elf_class=elf_class,
             build_id=build_id,
             loads=[Segment._make(s) for s in loads],
-            functions=[make(row) for row in rows],
-            alias_bindings=list(alias_bindings),
+            functions=list(map(make, rows)),
+            names=names,
             sources=tuple(sources),
             debug_file=debug_file,
             has_symtab=has_symtab,
@@ -351,25 +361,7 @@ class SymbolTable:
 
     # ---- queries ---------------------------------------------------------------------------------
 
-    def _names(self) -> dict[str, list[_Name]]:
-        if self._index is None:
-            index: dict[str, list[_Name]] = {}
-            for number, (function, bindings) in enumerate(
-                zip(self.functions, self._alias_bindings, strict=True)
-            ):
-                entry = _Name(
-                    number,
-                    function.version,
-                    function.version is not None and not function.is_default_version,
-                    function.binding,
-                )
-                index.setdefault(function.name, []).append(entry)
-                for alias, binding in zip(function.aliases, bindings, strict=True):
-                    name, version, default = split_versioned_name(alias)
-                    index.setdefault(name, []).append(
-                        _Name(number, version, version is not None and not default, binding)
-                    )
-            self._index = index
+    def _names(self) -> NameIndex:
         return self._index
 
     def lookup(self, name: str) -> FunctionSymbol:
@@ -383,18 +375,18 @@ class SymbolTable:
         plain, version, default = split_versioned_name(name)
         candidates = self._names().get(plain, [])
         if version is not None:
-            candidates = [
-                c for c in candidates if c.version == version and (not default or not c.hidden)
-            ]
+            candidates = [c for c in candidates if c[1] == version and (not default or not c[2])]
         if not candidates:
             raise self._not_found(name)
-        if len({c.function for c in candidates}) > 1 and version is None:
-            visible = [c for c in candidates if not c.hidden]
+        if len(candidates) == 1:
+            return self.functions[candidates[0][0]]
+        if len({c[0] for c in candidates}) > 1 and version is None:
+            visible = [c for c in candidates if not c[2]]
             candidates = visible or candidates
-        if len({c.function for c in candidates}) > 1:
-            strong = [c for c in candidates if c.binding != "weak"]
+        if len({c[0] for c in candidates}) > 1:
+            strong = [c for c in candidates if c[3] != "weak"]
             candidates = strong or candidates
-        numbers = sorted({c.function for c in candidates})
+        numbers = sorted({c[0] for c in candidates})
         if len(numbers) == 1:
             return self.functions[numbers[0]]
         listing = ", ".join(
@@ -418,9 +410,9 @@ class SymbolTable:
         elif plain in self._names():
             spellings = sorted(
                 {
-                    versioned_name(plain, c.version, not c.hidden)
+                    versioned_name(plain, c[1], not c[2])
                     for c in self._names()[plain]
-                    if c.version is not None
+                    if c[1] is not None
                 }
             )
             hints.append("defined versions: " + ", ".join(spellings))
@@ -465,17 +457,26 @@ class SymbolTable:
     def _exact_all(self, name: str) -> list[FunctionSymbol]:
         plain, version, default = split_versioned_name(name)
         numbers = {
-            c.function
+            c[0]
             for c in self._names().get(plain, [])
-            if version is None or (c.version == version and (not default or not c.hidden))
+            if version is None or (c[1] == version and (not default or not c[2]))
         }
         return [self.functions[n] for n in sorted(numbers)]
 
-    def function_at_offset(self, offset: int) -> FunctionSymbol | None:
-        """The function whose bytes hold file `offset` (its start, or inside its st_size)."""
+    def _function_starts(self) -> list[int]:
         if self._starts is None:
             self._starts = [f.offset for f in self.functions]
-        position = bisect.bisect_right(self._starts, offset) - 1
+        return self._starts
+
+    def next_function_offset(self, offset: int) -> int | None:
+        """The start of the first function after file `offset`, if any."""
+        starts = self._function_starts()
+        position = bisect.bisect_right(starts, offset)
+        return starts[position] if position < len(starts) else None
+
+    def function_at_offset(self, offset: int) -> FunctionSymbol | None:
+        """The function whose bytes hold file `offset` (its start, or inside its st_size)."""
+        position = bisect.bisect_right(self._function_starts(), offset) - 1
         for number in range(position, max(position - 16, -1), -1):
             function = self.functions[number]
             if function.offset == offset or function.offset <= offset < function.end_offset:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -342,3 +343,100 @@ def objdump_instructions(binary: Path, symbol: str) -> list[int]:
             except ValueError:
                 continue
     return addresses
+
+
+def tiny_elf(
+    machine: int,
+    code: bytes,
+    functions: list[tuple[str, int, int, int]],
+    *,
+    elf_class: int = 64,
+    endian: str = "<",
+) -> bytes:
+    """A minimal ET_DYN for machines gcc here cannot target: one R+X PT_LOAD holding `code` at
+    file offset 0x1000 but vaddr 0x21000, and a .symtab with global `functions` given as
+    (name, offset into code, size, STT_ type). readelf reads it; the tests use it as their
+    oracle."""
+    wide = elf_class == 64
+    text_offset, text_vaddr = 0x1000, 0x21000
+    ehsize, phentsize, shentsize, symsize = (64, 56, 64, 24) if wide else (52, 32, 40, 16)
+    strtab = b"\0"
+    symbols = [bytes(symsize)]
+    for name, offset, size, kind in functions:
+        info = (1 << 4) | kind  # STB_GLOBAL
+        if wide:
+            entry = struct.pack(
+                f"{endian}IBBHQQ", len(strtab), info, 0, 1, text_vaddr + offset, size
+            )
+        else:
+            entry = struct.pack(
+                f"{endian}IIIBBH", len(strtab), text_vaddr + offset, size, info, 0, 1
+            )
+        symbols.append(entry)
+        strtab += name.encode() + b"\0"
+    names = [b"", b".text", b".symtab", b".strtab", b".shstrtab"]
+    shstrtab = b"\0".join(names) + b"\0"
+    name_offsets = [shstrtab.index(b"\0" + n + b"\0") + 1 if n else 0 for n in names]
+    symtab = b"".join(symbols)
+    symtab_offset = text_offset + len(code)
+    strtab_offset = symtab_offset + len(symtab)
+    shstrtab_offset = strtab_offset + len(strtab)
+    shoff = (shstrtab_offset + len(shstrtab) + 7) & ~7
+    osabi_gnu = 3  # STT_GNU_IFUNC is only meaningful with ELFOSABI_GNU
+    ident = b"\x7fELF" + bytes([2 if wide else 1, 1 if endian == "<" else 2, 1, osabi_gnu])
+    ident += bytes(8)
+    header = ident + struct.pack(
+        f"{endian}HHI{'QQQ' if wide else 'III'}IHHHHHH",
+        3,  # ET_DYN
+        machine,
+        1,
+        text_vaddr,
+        ehsize,
+        shoff,
+        0,
+        ehsize,
+        phentsize,
+        1,
+        shentsize,
+        5,
+        4,
+    )
+    if wide:
+        phdr = struct.pack(
+            f"{endian}IIQQQQQQ",
+            1,
+            5,
+            text_offset,
+            text_vaddr,
+            text_vaddr,
+            len(code),
+            len(code),
+            0x1000,
+        )
+    else:
+        phdr = struct.pack(
+            f"{endian}IIIIIIII",
+            1,
+            text_offset,
+            text_vaddr,
+            text_vaddr,
+            len(code),
+            len(code),
+            5,
+            0x1000,
+        )
+    sections = [
+        (0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        (name_offsets[1], 1, 6, text_vaddr, text_offset, len(code), 0, 0, 4, 0),
+        (name_offsets[2], 2, 0, 0, symtab_offset, len(symtab), 3, 1, 8, symsize),
+        (name_offsets[3], 3, 0, 0, strtab_offset, len(strtab), 0, 0, 1, 0),
+        (name_offsets[4], 3, 0, 0, shstrtab_offset, len(shstrtab), 0, 0, 1, 0),
+    ]
+    shdr_format = f"{endian}IIQQQQIIQQ" if wide else f"{endian}IIIIIIIIII"
+    image = bytearray(header + phdr)
+    image += bytes(text_offset - len(image))
+    image += code + symtab + strtab + shstrtab
+    image += bytes(shoff - len(image))
+    for fields in sections:
+        image += struct.pack(shdr_format, *fields)
+    return bytes(image)
