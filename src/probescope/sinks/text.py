@@ -16,6 +16,7 @@ the kernel recorded (see `decoder`), which a strict text stream may refuse.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
@@ -38,7 +39,6 @@ COUNTER_CLOCKS = frozenset({"counter", "uptime", "x86-tsc"})
 FAULT_STRING = "(fault)"
 
 Printer = Callable[[Event], str]
-PrinterFactory = Callable[[EventType], Printer]
 
 
 def lat_flags(
@@ -105,6 +105,31 @@ def lost_line(cpu: int | None, lost: int) -> str:
     return f"CPU:{where} [LOST {lost} EVENTS]\n"
 
 
+@dataclass(frozen=True)
+class BodyTemplate:
+    """An event's text as one %-format: `template % (values...)`, each value a Python
+    expression over `e` (the Event as a tuple: `e[6]` ip, `e[8]` args) that may call `helpers`.
+
+    Printer factories return this so the sink can fuse context and event text into a single
+    compiled format per event type; a factory may instead return any `Event -> str` callable.
+    """
+
+    template: str
+    values: tuple[str, ...]
+    helpers: Mapping[str, Any] = field(default_factory=dict)
+
+    def compile(self, name: str) -> Printer:
+        """This body as a function of the event (for callers that want the text alone)."""
+        namespace: dict[str, Any] = dict(self.helpers)
+        source = f"def body(e):\n    return {self.template!r} % ({_tuple(self.values)})\n"
+        exec(compile(source, f"<probescope text body {name}>", "exec"), namespace)
+        printer: Printer = namespace["body"]
+        return printer
+
+
+PrinterFactory = Callable[[EventType], BodyTemplate | Printer]
+
+
 class TextSink:
     """Writes one kernel-format line per event.
 
@@ -131,20 +156,19 @@ class TextSink:
         self.binary = is_binary_stream(stream) if binary is None else binary
         self.lost_lines = lost_lines
         self._lines: dict[EventType, Printer] = {}
-        self._context = _compile_context(
+        self._context = _Context(
             in_ns=clock not in COUNTER_CLOCKS,
             tgids=tgids,
             irq_info=irq_info,
-            lazy_resched=lazy_resched,
-            irqflags_support=irqflags_support,
+            lat=_LatFlags(lazy_resched, irqflags_support),
         )
 
     def format(self, event: Event) -> str:
         """The line (with its newline) for one event."""
-        printer = self._lines.get(event.type)
-        if printer is None:
-            printer = self._lines[event.type] = _event_printer(event.type)
-        return self._context(event) + printer(event) + "\n"
+        line = self._lines.get(event.type)
+        if line is None:
+            line = self._lines[event.type] = self._context.line_printer(event.type)
+        return line(event)
 
     def write(self, event: Event) -> None:
         self._emit(self.format(event))
@@ -153,13 +177,12 @@ class TextSink:
         parts = []
         if batch.lost and self.lost_lines:
             parts.append(lost_line(batch.cpu, batch.lost))
-        context = self._context
         lines = self._lines
         for event in batch.events:
-            printer = lines.get(event.type)
-            if printer is None:
-                printer = lines[event.type] = _event_printer(event.type)
-            parts.append(context(event) + printer(event) + "\n")
+            line = lines.get(event.type)
+            if line is None:
+                line = lines[event.type] = self._context.line_printer(event.type)
+            parts.append(line(event))
         self._emit("".join(parts))
 
     def close(self) -> None:
@@ -170,11 +193,6 @@ class TextSink:
             self.stream.write(text.encode("utf-8", "surrogateescape"))
         else:
             self.stream.write(text)
-
-
-def _event_printer(event_type: EventType) -> Printer:
-    factory = EVENT_PRINTERS.get(event_type.kind, field_printer)
-    return factory(event_type)
 
 
 class _LatFlags(dict[int, str]):
@@ -196,49 +214,99 @@ class _LatFlags(dict[int, str]):
         return text
 
 
-def _compile_context(
-    *,
-    in_ns: bool,
-    tgids: Mapping[int, int] | None,
-    irq_info: bool,
-    lazy_resched: bool,
-    irqflags_support: bool,
-) -> Printer:
-    """`trace_print_context` as one %-format over the event's tuple fields."""
-    template = "%16s-%-7d "
-    values = ["e[4]", "e[3]"]
-    if tgids is not None:
-        template += "%s"
-        values.append("_tgid_column(e[3])")
-    template += "[%03d] "
-    values.append("e[1]")
-    if irq_info:
-        template += "%s"
-        values.append("_lat[(e[9] << 8) | e[10]]")
-    if in_ns:
-        template += " %5d.%06d: "
-        values += ["us // 1000000", "us % 1000000"]
-        prologue = "    us = (e[0] + 500) // 1000\n"
-    else:
-        template += " %12d: "
-        values.append("e[0]")
-        prologue = ""
-    source = "def context(e):\n" + prologue + f"    return {template!r} % ({', '.join(values)},)\n"
-    namespace: dict[str, Any] = {"_lat": _LatFlags(lazy_resched, irqflags_support)}
-    if tgids is not None:
-        known = tgids
-
-        def tgid_column(tid: int) -> str:
-            tgid = known.get(tid)
-            return f"({tgid:7d}) " if tgid else "(-------) "
-
-        namespace["_tgid_column"] = tgid_column
-    exec(compile(source, "<probescope text context>", "exec"), namespace)
-    context: Printer = namespace["context"]
-    return context
+class _CpuColumns(dict[int, str]):
+    def __missing__(self, cpu: int) -> str:
+        text = self[cpu] = f"[{cpu:03d}] "
+        return text
 
 
-def probe_printer(event_type: EventType) -> Printer:
+class _Context:
+    """`trace_print_context`, compiled together with each event type's text into one function.
+
+    The `"%16s-%-7d "` task column is cached per thread id (and re-made when its comm
+    changes); the tgid column, when on, is looked up for every line as the kernel does.
+    """
+
+    def __init__(
+        self, *, in_ns: bool, tgids: Mapping[int, int] | None, irq_info: bool, lat: _LatFlags
+    ) -> None:
+        self.in_ns = in_ns
+        self.tgids = tgids
+        self.irq_info = irq_info
+        self.namespace: dict[str, Any] = {
+            "_heads": {},
+            "_head": self._head,
+            "_cpus": _CpuColumns(),
+            "_lat": lat,
+            "_tgid_column": self._tgid_column,
+            "_second": [0, "     0."],
+            "_next_second": self._next_second,
+        }
+
+    def _head(self, tid: int, comm: str) -> tuple[str, str]:
+        head = (comm, f"{comm:>16}-{tid:<7d} ")
+        self.namespace["_heads"][tid] = head
+        return head
+
+    def _next_second(self, micros: int) -> int:
+        """Move the cached `" %5lu."` seconds text to the second holding `micros` (the time in
+        microseconds, rounded like the kernel's ns2usecs); return the microseconds within it."""
+        seconds, within = divmod(micros, 1000000)
+        second = self.namespace["_second"]
+        second[0] = seconds * 1000000
+        second[1] = f" {seconds:5d}."
+        return within
+
+    def _tgid_column(self, tid: int) -> str:
+        tgid = self.tgids.get(tid) if self.tgids is not None else None
+        return f"({tgid:7d}) " if tgid else "(-------) "
+
+    def line_printer(self, event_type: EventType) -> Printer:
+        factory = EVENT_PRINTERS.get(event_type.kind, field_printer)
+        body = factory(event_type)
+        namespace = dict(self.namespace)
+        if isinstance(body, BodyTemplate):
+            namespace.update(body.helpers)
+            template, values = body.template + "\n", list(body.values)
+        else:
+            namespace["_body"] = body
+            template, values = "%s\n", ["_body(e)"]
+        prefix = ["head[1]"]
+        if self.tgids is not None:
+            prefix.append("_tgid_column(e[3])")
+        prefix.append("_cpus[e[1]]")
+        if self.irq_info:
+            prefix.append("_lat[(e[9] << 8) | e[10]]")
+        lines = [
+            "def line(e):",
+            "    head = _heads.get(e[3])",
+            "    if head is None or head[0] != e[4]:",
+            "        head = _head(e[3], e[4])",
+        ]
+        if self.in_ns:
+            lines += [
+                "    micros = (e[0] + 500) // 1000 - _second[0]",
+                "    if not 0 <= micros < 1000000:",
+                "        micros = _next_second(micros + _second[0])",
+            ]
+            prefix.append("_second[1]")
+            template = "%06d: " + template
+            values = ["micros", *values]
+        else:
+            template = " %12d: " + template
+            values = ["e[0]", *values]
+        lines.append(f"    return {' + '.join(prefix)} + {template!r} % ({_tuple(values)})")
+        filename = f"<probescope text line {event_type.group}/{event_type.name}>"
+        exec(compile("\n".join(lines) + "\n", filename, "exec"), namespace)
+        printer: Printer = namespace["line"]
+        return printer
+
+
+def _tuple(values: list[str] | tuple[str, ...]) -> str:
+    return "".join(f"{value}, " for value in values)
+
+
+def probe_printer(event_type: EventType) -> BodyTemplate:
     """`print_uprobe_event`: `NAME: (0x%lx)` for entries, `NAME: (0x%lx <- 0x%lx)` (return
     address, function) for returns, then ` ARG=VALUE` per argument."""
     name = event_type.name.replace("%", "%%")
@@ -248,37 +316,27 @@ def probe_printer(event_type: EventType) -> Printer:
     else:
         template = f"{name}: (0x%x)"
         values = ["e[6]"]
-    namespace: dict[str, Any] = dict(_VALUE_HELPERS)
     for index, (arg_name, arg_type) in enumerate(
         zip(event_type.arg_names, event_type.arg_types, strict=True)
     ):
         conversion, expression = _arg_printer(arg_type, f"e[8][{index}]")
         template += f" {arg_name.replace('%', '%%')}={conversion}"
         values.append(expression)
-    source = f"def body(e):\n    return {template!r} % ({', '.join(values)},)\n"
-    filename = f"<probescope text printer {event_type.group}/{event_type.name}>"
-    exec(compile(source, filename, "exec"), namespace)
-    printer: Printer = namespace["body"]
-    return printer
+    return BodyTemplate(template, tuple(values), _VALUE_HELPERS)
 
 
-def field_printer(event_type: EventType) -> Printer:
+def field_printer(event_type: EventType) -> BodyTemplate:
     """`NAME: field=value ...` for kinds without a kernel-identical printer yet (tracepoints
     until their `print fmt` is interpreted). Not the kernel's text."""
-    name = event_type.name.replace("%", "%%")
-    template = f"{name}:"
+    template = f"{event_type.name.replace('%', '%%')}:"
     values: list[str] = []
-    namespace: dict[str, Any] = dict(_VALUE_HELPERS)
     for index, (arg_name, arg_type) in enumerate(
         zip(event_type.arg_names, event_type.arg_types, strict=True)
     ):
         conversion, expression = _arg_printer(arg_type, f"e[8][{index}]")
         template += f" {arg_name.replace('%', '%%')}={conversion}"
         values.append(expression)
-    source = f"def body(e):\n    return {template!r} % ({', '.join(values)},)\n"
-    exec(compile(source, f"<probescope field printer {event_type.name}>", "exec"), namespace)
-    printer: Printer = namespace["body"]
-    return printer
+    return BodyTemplate(template, tuple(values), _VALUE_HELPERS)
 
 
 def _arg_printer(arg_type: ArgType, value: str) -> tuple[str, str]:
