@@ -35,7 +35,6 @@ LONG_SIZE: Final = 8
 MAX_INSTRUCTION: Final = 15
 # A trap at an int3 leaves ip one byte past it (si_code SI_KERNEL).
 TRAP_IP_ADVANCE: Final = 1
-RED_ZONE: Final = 128
 
 U64: Final = 0xFFFFFFFFFFFFFFFF
 

@@ -1262,10 +1262,11 @@ class Tracer:
         process.xol_areas.clear()
 
     def _stack_refers_to_xol(self, process: AddressSpace, thread: Thread) -> bool:
-        sp = int(thread.regs.rsp) - arch.RED_ZONE
+        # Live return addresses and signal frames are at or above sp; the red zone below it
+        # only holds dead copies (a returned-from trampoline slot, for instance).
+        sp = int(thread.regs.rsp)
         try:
-            mapping = next((m for m in process.mappings() if m.start <= sp + arch.RED_ZONE
-                            < m.end), None)
+            mapping = next((m for m in process.mappings() if m.start <= sp < m.end), None)
         except OSError:
             return True
         if mapping is None:

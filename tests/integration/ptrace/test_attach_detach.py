@@ -1,0 +1,167 @@
+"""Attaching to running processes, detaching from them, and a tracer killed with SIGTERM:
+afterwards the program runs on unharmed, with every byte of its text as in the file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from integration.ptrace.harness import make_probe, text_differences
+from probescope.engines.base import Target
+from probescope.engines.ptrace import PtraceEngine
+from probescope.events import EventBatch
+
+DRIVER = Path(__file__).with_name("tracer_driver.py")
+
+
+def _anonymous_executable_mappings(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/maps") as f:
+        return [line for line in f if line.split()[1] == "r-xp" and len(line.split()) == 5]
+
+
+def _tracer_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("TracerPid:"):
+                return int(line.split()[1])
+    return -1
+
+
+def test_attach_to_a_running_process_and_detach(target):
+    path = target("spin.c")
+    probe = make_probe(path, "tick", "i=%di:s64")
+    ret = make_probe(path, "tick", "r=$retval:s64", kind="r", event="tick_ret")
+    program = subprocess.Popen([path], stdout=subprocess.PIPE)
+    try:
+        first = program.stdout.readline()
+        assert first.startswith(b"tick 0 ")
+        before_affinity = os.sched_getaffinity(program.pid)
+        before_maps = _anonymous_executable_mappings(program.pid)
+        engine = PtraceEngine()
+        engine.attach([probe, ret], Target(pids=(program.pid,)))
+        assert _tracer_of(program.pid) == os.getpid()
+        assert text_differences(program.pid, path)  # our int3 is in
+        seen = []
+        for item in engine.events():
+            if isinstance(item, EventBatch):
+                continue
+            seen.append(item)
+            if len(seen) >= 10:
+                break  # closing the generator detaches
+        assert _tracer_of(program.pid) == 0
+        assert text_differences(program.pid, path) == []
+        assert _anonymous_executable_mappings(program.pid) == before_maps
+        assert os.sched_getaffinity(program.pid) == before_affinity
+        entries = [e.arg("i") for e in seen if e.name == "tick"]
+        returns = [e.arg("r") for e in seen if e.name == "tick_ret"]
+        assert entries == list(range(entries[0], entries[0] + len(entries)))
+        assert returns == [i * 7 for i in entries[: len(returns)]]
+        # It keeps running and counting, unharmed.
+        lines = [program.stdout.readline() for _ in range(30)]
+        numbers = [int(line.split()[1]) for line in lines]
+        assert numbers == list(range(numbers[0], numbers[0] + 30))
+        assert all(int(line.split()[2]) == 7 * int(line.split()[1]) for line in lines)
+        assert program.poll() is None
+    finally:
+        program.kill()
+        program.wait()
+
+
+def test_attach_follows_every_thread(target):
+    path = target("spin_threads.c", ("-O0", "-g", "-pthread"))
+    probe = make_probe(path, "tick", "id=%di:s64")
+    program = subprocess.Popen([path], stdout=subprocess.PIPE)
+    try:
+        assert program.stdout.readline() == b"started\n"
+        engine = PtraceEngine()
+        engine.attach([probe], Target(pids=(program.pid,)))
+        ids: dict[int, set[int]] = {}
+        for item in engine.events():
+            if isinstance(item, EventBatch):
+                continue
+            ids.setdefault(item.tid, set()).add(item.arg("id"))
+            if len(ids) == 3 and sum(len(v) for v in ids.values()) >= 3 and len(
+                    [1 for _ in ids]) == 3:
+                break
+        assert sorted(next(iter(v)) for v in ids.values()) == [1, 2, 3]
+        assert text_differences(program.pid, path) == []
+        time.sleep(0.05)
+        assert program.poll() is None
+    finally:
+        program.kill()
+        program.wait()
+
+
+def test_sigterm_of_the_tracer_restores_everything(target, tmp_path):
+    path = target("slow.c")
+    output = tmp_path / "out.txt"
+    driver = subprocess.Popen([sys.executable, str(DRIVER), str(path), "step", str(output)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline() == "attached\n"
+        for _ in range(20):
+            assert driver.stdout.readline().startswith("event ")
+        driver.send_signal(signal.SIGTERM)
+        rest = driver.stdout.read()
+        assert driver.wait(10) == 0
+        assert "detached" in rest
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    # The program (now an orphan) finishes on its own with the right output.
+    deadline = time.monotonic() + 10
+    expected = f"done sum={sum(i * 3 + 1 for i in range(200))}\n"
+    while time.monotonic() < deadline and output.read_text() != expected:
+        time.sleep(0.05)
+    assert output.read_text() == expected
+
+
+def test_sigterm_while_attached_with_pid(target):
+    path = target("spin.c")
+    program = subprocess.Popen([path], stdout=subprocess.PIPE)
+    try:
+        program.stdout.readline()
+        driver = subprocess.Popen(
+            [sys.executable, str(DRIVER), str(path), "tick", "-", "--pid", str(program.pid)],
+            stdout=subprocess.PIPE, text=True)
+        assert driver.stdout.readline() == "attached\n"
+        assert driver.stdout.readline().startswith("event 1 ")
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(10) == 0
+        assert _tracer_of(program.pid) == 0
+        assert text_differences(program.pid, path) == []
+        lines = [program.stdout.readline() for _ in range(10)]
+        assert all(int(line.split()[2]) == 7 * int(line.split()[1]) for line in lines)
+    finally:
+        program.kill()
+        program.wait()
+
+
+def test_detach_is_idempotent_and_the_command_runs_on(target, tmp_path):
+    path = target("slow.c")
+    probe = make_probe(path, "step")
+    engine = PtraceEngine()
+    output = tmp_path / "out.txt"
+    with open(output, "w") as out:
+        saved = os.dup(1)
+        os.dup2(out.fileno(), 1)
+        try:
+            engine.attach([probe], Target(command=(str(path),)))
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+    events = engine.events()
+    first = next(e for e in events if not isinstance(e, EventBatch))
+    assert first.name == "step"
+    pid = engine.pids[0]
+    engine.detach()
+    engine.detach()
+    events.close()
+    assert text_differences(pid, path) == []
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert output.read_text().startswith("done sum=")
