@@ -223,3 +223,26 @@ def test_printers_are_chosen_by_kind(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setitem(text.EVENT_PRINTERS, ProbeKind.UPROBE, factory)
     assert render(entry()).endswith(b"1354.187408: custom types\n")
+
+
+def test_timestamps_moving_between_seconds_in_any_direction() -> None:
+    stamps = [2_500_000_000, 1_200_000_400, 1_999_999_600, 3_000_000_000, 0, 2_500_001_000]
+    stream = io.BytesIO()
+    sink = TextSink(stream)
+    for stamp in stamps:
+        sink.write(entry(timestamp_ns=stamp))
+    times = [line.split(b": ", 1)[0][-13:] for line in stream.getvalue().splitlines()]
+    assert times == [
+        b"     2.500000",
+        b"     1.200000",
+        b"     2.000000",
+        b"     3.000000",
+        b"     0.000000",
+        b"     2.500001",
+    ]
+
+
+def test_body_template_alone() -> None:
+    body = text.probe_printer(RETURN).compile("types_ret")
+    event = Event(0, 0, 1, 1, "c", RETURN, ip=0x10, ret_ip=0x20, args=(5,))
+    assert body(event) == "types_ret: (0x20 <- 0x10) rv=5"

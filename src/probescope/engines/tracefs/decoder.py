@@ -7,7 +7,8 @@ unpack, a tuple and no parsing. Argument values follow the probe's types: intege
 u/s/x types (the kernel stores bitfields already extracted), a one-character `str` for `char`,
 `str` or None (the kernel's `(fault)`) for strings, tuples for arrays. Event strings are decoded
 as UTF-8 with undecodable bytes kept as surrogate escapes, so `s.encode("utf-8",
-"surrogateescape")` gives back the kernel's bytes.
+"surrogateescape")` gives back the kernel's bytes. `merge_cpu_batches` then puts the per-CPU
+batch streams in the order the kernel's `trace` file prints them.
 """
 
 from __future__ import annotations
