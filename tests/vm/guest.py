@@ -17,6 +17,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -40,6 +41,7 @@ _POLL = 0.01
 _KVM_BOOT_TIMEOUT = 30.0
 # The serial console lags the results share a little; how long to wait for it to catch up.
 _CONSOLE_SETTLE = 2.0
+_UNIX_PATH_MAX = 108
 
 # How KVM fared in this process: None = not tried yet, else (accel, why KVM was not used).
 _accel_choice: tuple[str, str] | None = None
@@ -298,6 +300,12 @@ class GuestKernel:
     ) -> _Boot:
         scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         boot = _Boot(scratch)
+        if len(os.fsencode(boot.doorbell)) >= _UNIX_PATH_MAX:
+            boot.kill()
+            raise GuestError(
+                f"the guest's doorbell socket path is too long for AF_UNIX: {boot.doorbell}",
+                hint="point TMPDIR at a shorter directory",
+            )
         try:
             boot.write_config(self.host_cache, self.writable)
             argv = self._qemu_argv(kernel, initramfs, accel, boot)
@@ -319,6 +327,8 @@ class GuestKernel:
             "-nographic", "-nodefaults", "-no-user-config", "-no-reboot",
             "-monitor", "none",
             "-serial", f"file:{boot.console}",
+            "-chardev", f"socket,id=doorbell,path={boot.doorbell},server=on,wait=off",
+            "-serial", "chardev:doorbell",
             "-kernel", str(kernel.vmlinuz),
             "-initrd", str(initramfs),
             "-append", "console=ttyS0 panic=-1 loglevel=5",
@@ -350,7 +360,9 @@ class _Boot:
         self.share = scratch / "share"
         self.console = scratch / "console.log"
         self.qemu_log = scratch / "qemu.log"
+        self.doorbell = scratch / "doorbell.sock"
         self.process: subprocess.Popen[bytes] | None = None
+        self._bell: socket.socket | None = None
         self.next_command = 0
         for directory in (self.share / "cmd", self.share / "out", self.share / "files"):
             directory.mkdir(parents=True)
@@ -403,6 +415,23 @@ class _Boot:
         staged = self.share / "cmd" / f".{number}.sh"
         staged.write_text(script)
         staged.rename(self.share / "cmd" / f"{number}.sh")
+        self.ring()
+
+    def ring(self) -> None:
+        """Wake /init (it reads /dev/ttyS1); if this fails, it still looks within 5 s."""
+        try:
+            if self._bell is None:
+                bell = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                bell.connect(str(self.doorbell))
+                self._bell = bell
+            self._bell.sendall(b"\n")
+        except OSError:
+            self._close_bell()
+
+    def _close_bell(self) -> None:
+        if self._bell is not None:
+            self._bell.close()
+            self._bell = None
 
     def wait_for(self, number: int, deadline: float) -> int:
         rc = self.share / "out" / f"{number}.rc"
@@ -457,12 +486,14 @@ class _Boot:
             return
         with contextlib.suppress(OSError):
             (self.share / "cmd" / "stop").touch()
+        self.ring()
         assert self.process is not None
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
 
     def kill(self) -> None:
         """Kill QEMU's whole process group and remove the scratch directory. Idempotent."""
+        self._close_bell()
         if self.process is not None:
             if self.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
