@@ -154,7 +154,7 @@ def _check_fixed_width(
 
 def _check_decoded(path: str, table: SymbolTable, function: FunctionSymbol, offset: int) -> None:
     wanted = offset - function.offset
-    limit = max(_function_end(table, function) - function.offset, wanted + DECODE_SLACK)
+    limit = wanted + DECODE_SLACK
     code = function_code(path, table, function, limit)
     instructions = decode(code, function.vaddr, table.machine)
     previous: Instruction | None = None

@@ -141,12 +141,18 @@ def mapped_file_path(pid: int | str, mapping: Mapping, root: str | None = None) 
 
 
 class _Matcher:
-    """Decides whether a mapping shows the target file: (device, inode) first; when only the
-    inode matches (btrfs subvolumes and overlayfs report another device in maps than in stat),
-    the file the mapping names is stat'ed through the process's root."""
+    """Decides whether a mapping shows the target file.
+
+    (device, inode) equal is a match. Otherwise the file the mapping names is stat'ed (through
+    the process's root and directly) and compared with the target's identity: btrfs subvolumes
+    report another device in maps than in stat, and overlayfs maps show the real file's device
+    and inode while stat through the overlay shows its own. That fallback is tried for mappings
+    with the same inode, or — when the target is a path — the same file name.
+    """
 
     def __init__(self, pid: int | str, target: Target) -> None:
         self.pid = pid
+        self.name: str | None = None
         if isinstance(target, FileIdentity):
             self.key = target.key
         elif isinstance(target, tuple):
@@ -156,19 +162,24 @@ class _Matcher:
             if identity is None:
                 raise SymbolError(f"cannot stat {os.fspath(target)!r}")
             self.key = identity.key
-        self._verdicts: dict[tuple[int, int, str | None], bool] = {}
+            self.name = os.path.basename(os.fspath(target))
+        self._root: str | None = None
+        self._verdicts: dict[tuple[int, int, str], bool] = {}
 
     def __call__(self, mapping: Mapping) -> bool:
         device, inode = self.key
-        if mapping.inode != inode:
-            return False
-        if mapping.device == device:
+        if mapping.inode == inode and mapping.device == device:
             return True
+        if mapping.path is None:
+            return False
+        if mapping.inode != inode and os.path.basename(mapping.path) != self.name:
+            return False
         cached = (mapping.device, mapping.inode, mapping.path)
         if cached not in self._verdicts:
-            path = mapped_file_path(self.pid, mapping, f"/proc/{self.pid}/root")
-            seen = None if path is None else stat_identity(path)
-            self._verdicts[cached] = seen is not None and seen.key == self.key
+            if self._root is None:
+                self._root = f"/proc/{self.pid}/root"
+            seen = [stat_identity(self._root + mapping.path), stat_identity(mapping.path)]
+            self._verdicts[cached] = any(s is not None and s.key == self.key for s in seen)
         return self._verdicts[cached]
 
 

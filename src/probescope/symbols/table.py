@@ -17,7 +17,12 @@ from typing import Any
 
 from probescope.errors import SymbolError
 from probescope.symbols import cache
-from probescope.symbols.debuginfo import debug_info_hint, default_debug_dirs, find_debug_symbols
+from probescope.symbols.debuginfo import (
+    debug_info_hint,
+    debuginfod_cache_dir,
+    default_debug_dirs,
+    find_debug_symbols,
+)
 from probescope.symbols.elfimage import (
     BINDING_NAMES,
     ELF_TYPE_NAMES,
@@ -132,12 +137,13 @@ class SymbolTable:
         path = os.fspath(path)
         identity = file_identity(path)
         dirs = tuple(default_debug_dirs() if debug_dirs is None else debug_dirs)
-        memo_key = (identity.device, identity.inode, dirs)
+        searched = (*dirs, debuginfod_cache_dir())  # everything the debug-file search reads
+        memo_key = (identity.device, identity.inode, searched)
         if use_cache:
             known = _MEMO.get(memo_key)
             if known is not None and known.identity == identity and known._deps_unchanged():
                 return known if known.path == path else known._with_path(path)
-            cached = cache.load(identity, dirs)
+            cached = cache.load(identity, searched)
             if cached is not None:
                 deps, state = cached
                 try:
@@ -150,7 +156,7 @@ class SymbolTable:
                     return table
         table, deps = cls._build(path, identity, dirs)
         if use_cache:
-            cache.store(identity, dirs, deps, table._state())
+            cache.store(identity, searched, deps, table._state())
             table._deps = deps
             _MEMO[memo_key] = table
         return table
@@ -428,7 +434,7 @@ class SymbolTable:
             hints.append("to see all functions, " + debug_info_hint(self.path, self.build_id))
             hints += [f"ignored {note}" for note in self.debug_notes]
         hints.append(f"`probescope symbols {self.path}` lists the functions")
-        return SymbolError(message, hint="; ".join(hints))
+        return SymbolError(message, hint="\n      ".join(hints))  # aligned under "hint: "
 
     def match(self, pattern: str) -> list[FunctionSymbol]:
         """Functions any of whose names matches the shell glob `pattern` (sorted by offset).

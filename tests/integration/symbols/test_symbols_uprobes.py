@@ -314,5 +314,48 @@ def test_process_in_another_root_is_probed_through_proc_pid_root(
             child.wait()
 
 
+@pytest.fixture
+def overlay(tmp_path: Path) -> Iterator[Path]:
+    """An overlayfs mount whose lower layer holds the demo program (container-style files)."""
+    layers = {name: tmp_path / name for name in ("lower", "upper", "work", "merged")}
+    for directory in layers.values():
+        directory.mkdir()
+    shutil.copy2(programs.demo(pie=True, optimize="-O2"), layers["lower"] / "psdemo")
+    options = ",".join(f"{n}dir={layers[n]}" for n in ("lower", "upper", "work"))
+    mounted = subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", options, str(layers["merged"])],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount overlayfs: {mounted.stderr.strip()}")
+    try:
+        yield layers["merged"] / "psdemo"
+    finally:
+        subprocess.run(["umount", str(layers["merged"])], check=True)
+
+
+def test_program_on_overlayfs(overlay: Path, tracing: Tracing) -> None:
+    from probescope.symbols.maps import runtime_address
+
+    function = SymbolTable.for_path(overlay).lookup("ps_add")
+    child = subprocess.Popen(
+        [str(overlay), "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PS_SHOW_ADDRESS": "1"},
+    )
+    try:
+        assert child.stdout is not None
+        printed = int(child.stdout.readline(), 16)
+        assert runtime_address(child.pid, overlay, function.offset) == printed
+    finally:
+        child.kill()
+        child.wait()
+    with tracing.uprobe(overlay, function.offset) as probe:
+        pid = _run(overlay, "3")
+        assert probe.hits(pid) == 3
+
+
 def test_leftovers_are_empty_at_the_end() -> None:
     assert [line for line in leftovers() if "symtest" in line] == []
