@@ -155,7 +155,7 @@ class SymbolTable:
                     _MEMO[memo_key] = table
                     return table
         table, deps = cls._build(path, identity, dirs)
-        if use_cache:
+        if use_cache and file_identity(path) == identity:  # not replaced while we read it
             cache.store(identity, searched, deps, table._state())
             table._deps = deps
             _MEMO[memo_key] = table
@@ -225,8 +225,10 @@ class SymbolTable:
                 if search.found is not None:
                     debug = search.found.image
                     try:
-                        assert debug.symtab is not None
-                        _add_symtab(raw, debug.function_symbols(debug.symtab), search.found.kind)
+                        debug_symtab = debug.symtab  # never None: the search requires one
+                        if debug_symtab is not None:
+                            symbols = debug.function_symbols(debug_symtab)
+                            _add_symtab(raw, symbols, search.found.kind)
                     finally:
                         debug.close()
                     sources.append(search.found.kind)
