@@ -22,6 +22,7 @@ _REACH = (1 << 31) - 4 * arch.SLOT_SIZE
 _LOWEST = 0x10000
 _HIGHEST = 0x7FFFFFFFF000
 _EEXIST = 17
+_STACK_GUARD = 1 << 21
 
 
 class SyscallInjector:
@@ -105,23 +106,52 @@ def find_syscall_instruction(process: AddressSpace) -> int:
     )
 
 
-def candidate_starts(mappings: list[procfs.Mapping], low: int, high: int,
-                     size: int) -> Iterator[int]:
+def candidate_starts(mappings: list[procfs.Mapping], low: int, high: int, size: int,
+                     stack_limit: int | None = None) -> Iterator[int]:
     """Page-aligned starts for a `size`-byte area that keeps every address in [low, high)
-    within ±2 GiB of every slot, nearest first."""
+    within ±2 GiB of every slot, least disturbing first.
+
+    The program's own layout must not move: mmap hands out addresses top-down from below the
+    stack gap, brk grows up after the executable, the stack grows down. So the first choice is
+    the bottom of the stack gap (above every mmap, below the stack's rlimit), the next ones
+    sit just below a mapping (below the executable nothing is ever allocated), nearest first.
+    """
     window_low = max(_LOWEST, high - _REACH)
     window_high = min(_HIGHEST, low + _REACH)
+    stack = next((m for m in mappings if m.path == "[stack]"), None)
+    if stack is not None and stack_limit is not None:
+        below_stack = max((m.end for m in mappings if m.end <= stack.start), default=None)
+        if below_stack is not None:
+            start = below_stack + 4096
+            ceiling = stack.start - stack_limit - _STACK_GUARD
+            if start + size <= ceiling and window_low <= start and start + size <= window_high:
+                yield start
     candidates = []
     for gap_low, gap_high in procfs.gaps(mappings, window_low, window_high):
         gap_low = (gap_low + 0xFFF) & ~0xFFF
         gap_high &= ~0xFFF
         if gap_high - gap_low < size + 2 * 4096:
             continue
+        if stack is not None and gap_high == stack.start:
+            continue  # the stack grows into this gap
         # One guard page between us and the neighbouring mapping.
         start = gap_high - size - 4096 if gap_high <= low else gap_low + 4096
-        candidates.append((abs(start - low), start))
-    for _, start in sorted(candidates):
+        candidates.append((gap_high > low, abs(start - low), start))
+    for _, _, start in sorted(candidates):
         yield start
+
+
+def stack_limit(pid: int) -> int | None:
+    """The process's RLIMIT_STACK soft limit; None when unlimited (legacy mmap layout)."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max stack size"):
+                    value = line.split()[3]
+                    return None if value == "unlimited" else int(value)
+    except OSError:
+        pass
+    return None
 
 
 def allocate_area(injector: SyscallInjector, thread: Thread, low: int, high: int,
@@ -129,7 +159,7 @@ def allocate_area(injector: SyscallInjector, thread: Thread, low: int, high: int
     """Map a `size`-byte r-x area near [low, high); (start, within reach)."""
     process = thread.process
     mappings = process.mappings()
-    for start in candidate_starts(mappings, low, high, size):
+    for start in candidate_starts(mappings, low, high, size, stack_limit(thread.tgid)):
         result = injector.run(thread, arch.SYS_MMAP, start, size, arch.PROT_READ_EXEC,
                               arch.MAP_PRIVATE_ANONYMOUS_FIXED_NOREPLACE, -1, 0)
         if result == -_EEXIST:
