@@ -57,22 +57,20 @@ def clear_memory_cache() -> None:
 # The lookup index: plain name → spellings, each (function number, version, hidden, binding).
 Spelling = tuple[int, str | None, bool, str]
 NameIndex = dict[str, list[Spelling]]
+_Spelling = tuple[str, str | None, bool, str]  # (name, version, hidden, binding) of one symbol
 
 
-def _name_index(
-    functions: Sequence[FunctionSymbol], alias_bindings: Sequence[tuple[str, ...]]
-) -> NameIndex:
+def _name_index(spellings: Sequence[Sequence[tuple[str, str | None, bool, str]]]) -> NameIndex:
+    """The lookup index from each function's (name, version, hidden, binding) spellings."""
     index: NameIndex = {}
-    for number, (function, bindings) in enumerate(zip(functions, alias_bindings, strict=True)):
-        hidden = function.version is not None and not function.is_default_version
-        index.setdefault(function.name, []).append(
-            (number, function.version, hidden, function.binding)
-        )
-        for alias, binding in zip(function.aliases, bindings, strict=True):
-            name, version, default = split_versioned_name(alias)
-            index.setdefault(name, []).append(
-                (number, version, version is not None and not default, binding)
-            )
+    for number, names in enumerate(spellings):
+        for name, version, hidden, binding in names:
+            entry = (number, version, hidden, binding)
+            known = index.get(name)
+            if known is None:
+                index[name] = [entry]
+            else:
+                known.append(entry)
     return index
 
 
@@ -233,7 +231,7 @@ class SymbolTable:
                         debug.close()
                     sources.append(search.found.kind)
                     debug_file = search.found.path
-            functions, alias_bindings = _collapse(raw, image.loads)
+            functions, spellings = _collapse(raw, image.loads)
             table = cls(
                 path=path,
                 identity=identity,
@@ -243,7 +241,7 @@ class SymbolTable:
                 build_id=image.build_id,
                 loads=image.loads,
                 functions=functions,
-                names=_name_index(functions, alias_bindings),
+                names=_name_index(spellings),
                 sources=tuple(sources),
                 debug_file=debug_file,
                 has_symtab=symtab is not None,
@@ -525,8 +523,9 @@ def _add_symtab(
 
 def _collapse(
     raw: list[tuple[ElfSymbol, str | None, bool, str]], loads: Sequence[Segment]
-) -> tuple[list[FunctionSymbol], list[tuple[str, ...]]]:
-    """Group symbols by address into FunctionSymbols (primary name + aliases), sorted by offset."""
+) -> tuple[list[FunctionSymbol], list[tuple[_Spelling, ...]]]:
+    """Group symbols by address into FunctionSymbols (primary name + aliases), sorted by offset,
+    each with its spellings (name, version, hidden, binding) for the lookup index."""
     executable = [
         (s.vaddr, s.vaddr + s.filesz, s.offset - s.vaddr)
         for s in loads
@@ -539,7 +538,7 @@ def _collapse(
             by_vaddr[item[0].value] = [item]
         else:
             group.append(item)
-    rows: list[tuple[int, str, FunctionSymbol, tuple[str, ...]]] = []
+    rows: list[tuple[int, str, FunctionSymbol, tuple[_Spelling, ...]]] = []
     new = tuple.__new__
     for vaddr, group in by_vaddr.items():
         offset = -1
@@ -551,6 +550,7 @@ def _collapse(
             continue
         if len(group) == 1:
             symbol, version, hidden, source = group[0]
+            binding = BINDING_NAMES.get(symbol.bind, "global")
             function = new(
                 FunctionSymbol,
                 (
@@ -561,73 +561,78 @@ def _collapse(
                     vaddr,
                     symbol.size,
                     offset,
-                    BINDING_NAMES.get(symbol.bind, "global"),
+                    binding,
                     symbol.type == STT_GNU_IFUNC,
                     source,
                 ),
             )
-            rows.append((offset, symbol.name, function, ()))
+            rows.append((offset, symbol.name, function, ((symbol.name, version, hidden, binding),)))
         else:
-            function, bindings = _merge(group, vaddr, offset)
-            rows.append((offset, function.name, function, bindings))
+            function, spellings = _merge(group, vaddr, offset)
+            rows.append((offset, function.name, function, spellings))
     rows.sort(key=_first)  # one row per address, so offsets are unique
     return [row[2] for row in rows], [row[3] for row in rows]
 
 
-def _first(row: tuple[int, str, FunctionSymbol, tuple[str, ...]]) -> int:
+def _first(row: tuple[int, str, FunctionSymbol, tuple[_Spelling, ...]]) -> int:
     return row[0]
 
 
 def _merge(
     group: list[tuple[ElfSymbol, str | None, bool, str]], vaddr: int, offset: int
-) -> tuple[FunctionSymbol, tuple[str, ...]]:
+) -> tuple[FunctionSymbol, tuple[_Spelling, ...]]:
     """One FunctionSymbol for several names at one address; the best-ranked name is primary."""
-    ranked = []
+    names: dict[tuple[str, str | None, bool], tuple[str, str]] = {}
     size = 0
     is_ifunc = False
-    for symbol, version, hidden, source in group:
-        name = symbol.name
-        binding = BINDING_NAMES.get(symbol.bind, "global")
-        size = max(size, symbol.size)
-        is_ifunc = is_ifunc or symbol.type == STT_GNU_IFUNC
-        ranked.append(
-            (
-                _SOURCE_RANK.get(source, 1),
-                hidden,
-                _BINDING_RANK.get(binding, 2),
-                len(name) - len(name.lstrip("_")),
-                len(name),
-                name,
-                version or "",
-                binding,
-                source,
-            )
-        )
-    ranked.sort()
+    for symbol, version, hidden, source in group:  # .dynsym entries come first: they win
+        key = (symbol.name, version, hidden)
+        if key not in names:
+            names[key] = (BINDING_NAMES.get(symbol.bind, "global"), source)
+        if symbol.size > size:
+            size = symbol.size
+        if symbol.type == STT_GNU_IFUNC:
+            is_ifunc = True
     # `memcpy` in .symtab beside `memcpy@@GLIBC_2.14` is one name, not an alias
-    versioned = {entry[5] for entry in ranked if entry[6]}
-    seen: set[tuple[str, str, bool]] = set()
-    kept = []
-    for entry in ranked:
-        key = (entry[5], entry[6], entry[1])
-        if key in seen or (not entry[6] and entry[5] in versioned):
-            continue
-        seen.add(key)
-        kept.append(entry)
-    primary = kept[0]
-    function = FunctionSymbol(
-        name=primary[5],
-        version=primary[6] or None,
-        is_default_version=bool(primary[6]) and not primary[1],
-        aliases=tuple(versioned_name(e[5], e[6] or None, not e[1]) for e in kept[1:]),
-        vaddr=vaddr,
-        size=size,
-        offset=offset,
-        binding=primary[7],
-        is_ifunc=is_ifunc,
-        source=primary[8],
+    versioned = {name for name, version, _ in names if version is not None}
+    keys = [k for k in names if k[1] is not None or k[0] not in versioned]
+    keys.sort(key=lambda k: _rank(k, names[k]))
+    spellings = tuple(
+        (name, version, hidden, names[(name, version, hidden)][0]) for name, version, hidden in keys
     )
-    return function, tuple(e[7] for e in kept[1:])
+    (name, version, hidden, binding) = spellings[0]
+    function = tuple.__new__(
+        FunctionSymbol,
+        (
+            name,
+            version,
+            version is not None and not hidden,
+            tuple(versioned_name(n, v, not h) for n, v, h, _ in spellings[1:]),
+            vaddr,
+            size,
+            offset,
+            binding,
+            is_ifunc,
+            names[keys[0]][1],
+        ),
+    )
+    return function, spellings
+
+
+def _rank(
+    key: tuple[str, str | None, bool], info: tuple[str, str]
+) -> tuple[int, bool, int, int, int, str, str]:
+    name, version, hidden = key
+    binding, source = info
+    return (
+        _SOURCE_RANK.get(source, 1),
+        hidden,
+        _BINDING_RANK.get(binding, 2),
+        len(name) - len(name.lstrip("_")),
+        len(name),
+        name,
+        version or "",
+    )
 
 
 def _non_function_kind(path: str, name: str) -> str | None:
