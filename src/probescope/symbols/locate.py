@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from probescope.errors import SymbolError
 from probescope.symbols.elfimage import ELF_MAGIC
 from probescope.symbols.ldcache import read_ld_cache
-from probescope.symbols.maps import mapped_file_path, process_root, read_maps
+from probescope.symbols.maps import Mapping, mapped_file_path, process_root, read_maps
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -134,16 +134,30 @@ def _mapped_candidates(pid: int, root: str, target: str) -> list[str]:
     """Distinct files mapped by `pid` whose name is `target` or a library name for it."""
     found: dict[tuple[int, int], str] = {}
     for mapping in read_maps(pid):
-        if not mapping.is_file or mapping.path is None or mapping.deleted:
+        if not mapping.is_file or mapping.path is None:
             continue
         name = os.path.basename(mapping.path)
         if (mapping.device, mapping.inode) in found:
             continue
         if name == target or library_name_matches(name, target):
             path = mapped_file_path(pid, mapping, root)
+            if path is None and mapping.deleted:
+                path = _deleted_file_path(pid, mapping)
             if path is not None:
                 found[(mapping.device, mapping.inode)] = path
     return sorted(set(found.values()))
+
+
+def _deleted_file_path(pid: int, mapping: Mapping) -> str | None:
+    """`/proc/PID/map_files/START-END` for a file deleted since it was mapped (a library
+    upgraded under a running process): the magic link still reaches the mapped inode, and the
+    kernel follows it when a uprobe names it."""
+    path = f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return path if st.st_ino == mapping.inode else None
 
 
 def _command(root: str, name: str, pid: int | None) -> Path | None:

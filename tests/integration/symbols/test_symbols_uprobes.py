@@ -357,5 +357,40 @@ def test_program_on_overlayfs(overlay: Path, tracing: Tracing) -> None:
         assert probe.hits(pid) == 3
 
 
+def test_library_deleted_under_a_running_process(tmp_path: Path, tracing: Tracing) -> None:
+    """After an upgrade replaced a library, the process still runs the old, deleted inode:
+    locate_binary hands out /proc/PID/map_files/..., which the kernel follows."""
+    copy = tmp_path / "libpsgone.so"
+    shutil.copyfile(programs.versioned_library(), copy)
+    script = (
+        "import ctypes, sys\n"
+        f"library = ctypes.CDLL({str(copy)!r})\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "print(sum(library.ps_lib_func(i) for i in range(3)), flush=True)\n"
+    )
+    child = subprocess.Popen(
+        ["/usr/bin/python3.11", "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "ready\n"
+        copy.unlink()
+        located = locate_binary("psgone", child.pid)
+        assert "/map_files/" in str(located)
+        function = SymbolTable.for_path(located).lookup("ps_lib_func")
+        with tracing.uprobe(located, function.offset) as probe:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "21\n"
+            assert probe.hits(child.pid) == 3
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_leftovers_are_empty_at_the_end() -> None:
     assert [line for line in leftovers() if "symtest" in line] == []

@@ -184,3 +184,27 @@ def test_pid_resolves_to_what_the_process_mapped() -> None:
 def test_missing_pid() -> None:
     with pytest.raises(SymbolError, match="no process"):
         locate_binary("c", pid=2**22 + 12345)
+
+
+def test_deleted_library_of_a_process_is_reached_through_map_files(tmp_path: Path) -> None:
+    copy = tmp_path / "libpsgone.so"
+    shutil.copyfile(programs.versioned_library(), copy)
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"import ctypes, sys; ctypes.CDLL({str(copy)!r}); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        for _ in range(500):
+            if any(m.path == str(copy) for m in read_maps(child.pid)):
+                break
+            time.sleep(0.01)
+        inode = copy.stat().st_ino
+        copy.unlink()
+        located = locate_binary("psgone", child.pid)
+        assert str(located).startswith(f"/proc/{child.pid}/map_files/")
+        assert located.stat().st_ino == inode
+        from probescope.symbols.table import SymbolTable
+
+        assert SymbolTable.for_path(located).lookup("ps_lib_func").size > 0
+    finally:
+        child.communicate(b"")
