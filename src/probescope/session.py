@@ -124,6 +124,7 @@ class Session:
         self.lost = 0
         self._started = 0.0
         self._closed = False
+        self.end_reason = "end"
 
     def on(self, spec: str | Spec, handler: Handler) -> None:
         """Run `handler(ctx)` synchronously at each hit of `spec`, while the thread is stopped
@@ -180,21 +181,35 @@ class Session:
     def events(self, *, duration: float | None = None, count: int | None = None) -> Iterator[Event]:
         """Events in time order until the target ends, `duration` seconds pass, `count` events
         arrived, or close() is called."""
+        for batch in self.batches(duration=duration, count=count):
+            yield from batch.events
+
+    def batches(
+        self, *, duration: float | None = None, count: int | None = None
+    ) -> Iterator[EventBatch]:
+        """Like events(), a batch at a time (what the engine decoded together; empty batches
+        mark idle moments) — the cheap path for sinks and counters."""
         self.start()
         assert self.engine is not None
         deadline = None if duration is None else self._started + duration
         seen = 0
+        hits = self.hits
         for item in self.engine.events():
-            batch = item.events if isinstance(item, EventBatch) else [item]
-            if isinstance(item, EventBatch):
-                self.lost += item.lost
-            for event in batch:
-                self.hits[f"{event.type.group}/{event.type.name}"] += 1
-                yield event
-                seen += 1
-                if count is not None and seen >= count:
-                    return
+            batch = item if isinstance(item, EventBatch) else EventBatch([item])
+            self.lost += batch.lost
+            events = batch.events
+            if count is not None and seen + len(events) >= count:
+                events = events[: count - seen]
+                batch = EventBatch(events, batch.lost, batch.cpu)
+            for event in events:
+                hits[f"{event.type.group}/{event.type.name}"] += 1
+            seen += len(events)
+            yield batch
+            if count is not None and seen >= count:
+                self.end_reason = f"{count} events"
+                return
             if deadline is not None and time.monotonic() >= deadline:
+                self.end_reason = "duration"
                 return
 
     def close(self) -> None:

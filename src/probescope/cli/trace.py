@@ -76,12 +76,11 @@ def run(args: argparse.Namespace) -> int:
             with signals_end_session():
                 try:
                     session.start()
-                    for event in session.events(duration=args.duration, count=args.count):
-                        sink.write(event)
-                    if args.count is not None and session.hits.total() >= args.count:
-                        reason = f"{args.count} events"
-                    elif args.duration is not None:
-                        reason = "duration"
+                    for batch in session.batches(duration=args.duration, count=args.count):
+                        if batch.events:
+                            sink.write_batch(batch)
+                            stream.flush()
+                    reason = session.end_reason
                 except KeyboardInterrupt:
                     reason = "interrupted"
                 except Terminated as signal_end:

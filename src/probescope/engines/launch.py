@@ -3,6 +3,7 @@ before the program runs a single instruction of its own."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import shutil
@@ -11,6 +12,15 @@ import time
 from collections.abc import Sequence
 
 from probescope.errors import ProbescopeError
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """The command's life is the session's: if probescope is killed outright, the command
+    gets SIGTERM instead of running on with nobody tracing it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class GatedCommand:
@@ -45,6 +55,7 @@ class GatedCommand:
                 os.close(error_r)
                 for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
                     signal.signal(sig, signal.SIG_DFL)
+                _die_with_parent()
                 if os.read(gate_r, 1) != b"g":
                     os._exit(126)
                 os.close(gate_r)
@@ -86,6 +97,15 @@ class GatedCommand:
             os.close(self._error_r)
             self._error_r = None
         if self.pid is not None and self.returncode is None:
+            self.wait()
+
+    def terminate(self, grace: float = 2.0) -> None:
+        """End the command if it still runs: SIGTERM, then SIGKILL after `grace` seconds."""
+        if self.pid is None or self.poll() is not None:
+            return
+        os.kill(self.pid, signal.SIGTERM)
+        if self.wait(grace) is None:
+            os.kill(self.pid, signal.SIGKILL)
             self.wait()
 
     def poll(self) -> int | None:

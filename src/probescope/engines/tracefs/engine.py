@@ -11,7 +11,6 @@ detach: close readers → read the loss counters → rmdir the instance (which d
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -23,6 +22,7 @@ from probescope.engines.tracefs.format import (
     parse_event_format,
     parse_header_page,
     parse_saved_cmdlines,
+    parse_saved_tgids,
 )
 from probescope.engines.tracefs.instance import Instance
 from probescope.engines.tracefs.live_reader import LiveReader
@@ -36,7 +36,7 @@ from probescope.spec.kinds import BY_KIND
 from probescope.spec.model import ProbeSpec
 from probescope.spec.resolved import ResolvedProbe
 
-COMM_REFRESH_SECONDS = 0.02
+UNKNOWN_COMM = "<...>"
 
 
 @dataclass
@@ -68,8 +68,7 @@ class TracefsEngine:
         self._decoder: EventDecoder | None = None
         self._command: GatedCommand | None = None
         self._pids: tuple[int, ...] = ()
-        self._comms_read_at = 0.0
-        self._tgid_checked: set[int] = set()
+        self._tasks_checked: set[int] = set()
         self._stats = EngineStats()
         self._detached = False
         self.group: str | None = None
@@ -114,6 +113,7 @@ class TracefsEngine:
             self._installed.instance = instance
             instance.tracing_on(False)
             instance.set_clock(self.clock)
+            instance.set_option("record-tgid", True)
             if self.buffer_size_kb:
                 instance.set_buffer_size_kb(self.buffer_size_kb)
             specs = self._session_specs(probes)
@@ -249,38 +249,46 @@ class TracefsEngine:
 
     # -- events ---------------------------------------------------------------------------
 
-    def _refresh_comms(self, decoder: EventDecoder) -> None:
-        """The kernel's saved_cmdlines names the tasks the way its `trace` file does; it is
-        filled when events are recorded, so read it just before decoding them."""
-        now = time.monotonic()
-        if now - self._comms_read_at >= COMM_REFRESH_SECONDS and self._tracefs is not None:
-            self._comms_read_at = now
-            decoder.update_comms(parse_saved_cmdlines(self._tracefs.read("saved_cmdlines")))
-
-    def _fix_tgids(self, decoder: EventDecoder, batch: EventBatch) -> None:
-        """Records carry only the thread id; the process id of a thread seen for the first
-        time is read from /proc (threads of a live process) and remembered."""
-        checked = self._tgid_checked
-        fresh = {e.tid for e in batch.events if e.tid not in checked}
-        if not fresh:
+    def _name_tasks(self, decoder: EventDecoder, batch: EventBatch) -> None:
+        """Records carry only the thread id. The kernel names tasks in saved_cmdlines and
+        saved_tgids (record-tgid is on in our instance) at each CPU's next context switch,
+        so a task seen for the first time is looked up there, then in /proc."""
+        checked = self._tasks_checked
+        fresh = {e.tid for e in batch.events if e.tid not in checked or e.comm == UNKNOWN_COMM}
+        if not fresh or self._tracefs is None:
             return
-        learned = {}
+        saved_comms = parse_saved_cmdlines(self._tracefs.read("saved_cmdlines"))
+        saved_tgids = parse_saved_tgids(self._tracefs.read("saved_tgids"))
+        comms: dict[int, str] = {}
+        tgids: dict[int, int] = {}
         for tid in fresh:
             checked.add(tid)
-            tgid = _tgid_of(tid)
-            if tgid is not None and tgid != tid:
-                learned[tid] = tgid
-        if learned:
-            decoder.update_tgids(learned)
-            batch.events[:] = [
-                e._replace(pid=learned[e.tid]) if e.tid in learned else e for e in batch.events
-            ]
+            comm, tgid = saved_comms.get(tid), saved_tgids.get(tid)
+            if comm is None or tgid is None:
+                live_comm, live_tgid = _task_of(tid)
+                comm = comm or live_comm
+                tgid = tgid or live_tgid
+            if comm is not None:
+                comms[tid] = comm
+            if tgid is not None:
+                tgids[tid] = tgid
+        decoder.update_comms(comms)
+        decoder.update_tgids(tgids)
+        batch.events[:] = [
+            e._replace(
+                pid=tgids.get(e.tid, e.pid),
+                comm=comms.get(e.tid, e.comm) if e.comm == UNKNOWN_COMM else e.comm,
+            )
+            if e.tid in fresh
+            else e
+            for e in batch.events
+        ]
 
     def _target_ended(self) -> bool:
         if self._command is not None:
             return self._command.poll() is not None
         if self._pids:
-            return not any(os.path.exists(f"/proc/{pid}") for pid in self._pids)
+            return not any(_running(pid) for pid in self._pids)
         return False
 
     def events(self) -> Iterator[Event | EventBatch]:
@@ -290,11 +298,9 @@ class TracefsEngine:
         ending = False
         while not self._detached:
             pages = list(reader.drain())
-            if pages:
-                self._refresh_comms(decoder)
             batch = self._merge([decoder.decode(data, cpu) for cpu, data in pages])
             self._stats.lost += batch.lost
-            self._fix_tgids(decoder, batch)
+            self._name_tasks(decoder, batch)
             yield batch
             if ending:
                 return
@@ -344,8 +350,10 @@ class TracefsEngine:
             for events_file, names in self._installed.events.items():
                 errors += DynamicEvents(self._tracefs, events_file).remove(names)
         if self._command is not None and self._command.poll() is None:
+            self._command.terminate()
             self._stats.notes.append(
-                f"{self._command.argv[0]} (pid {self._command.pid}) is still running, untraced"
+                f"{self._command.argv[0]} (pid {self._command.pid}) was still running: "
+                f"terminated, status {self._command.returncode}"
             )
         if errors:
             raise TracefsError(
@@ -354,12 +362,27 @@ class TracefsEngine:
             )
 
 
-def _tgid_of(tid: int) -> int | None:
+def _task_of(tid: int) -> tuple[str | None, int | None]:
+    """(comm, tgid) of a live thread from /proc, Nones when it is gone."""
+    comm = tgid = None
     try:
         with open(f"/proc/{tid}/status") as status:
             for line in status:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
+                if line.startswith("Name:"):
+                    comm = line[5:].strip()
+                elif line.startswith("Tgid:"):
+                    tgid = int(line.split()[1])
+                    break
     except OSError:
-        return None
-    return None
+        pass
+    return comm, tgid
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
