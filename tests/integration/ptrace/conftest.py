@@ -25,13 +25,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def target(build: Callable[..., Path]) -> Callable[..., Path]:
     """`target("loop.c")` compiles tests/targets/ptrace/loop.c (g++ for .cc)."""
 
-    def compile_target(name: str, flags: Sequence[str] = ("-O0", "-g"), *,
-                       output: str | None = None) -> Path:
+    def compile_target(
+        name: str, flags: Sequence[str] = ("-O0", "-g"), *, output: str | None = None
+    ) -> Path:
         source = (TARGETS / name).read_text()
         stem = output or name.rsplit(".", 1)[0]
         language = "c++" if name.endswith(".cc") else "c"
         return build(source, stem, flags, language=language)
 
     return compile_target
-
-

@@ -53,14 +53,20 @@ def elf_symbol(path: str | Path, name: str) -> Symbol:
                         continue
                     start = segment["p_vaddr"]
                     if start <= value < start + segment["p_filesz"]:
-                        return Symbol(value - start + segment["p_offset"], symbol["st_size"],
-                                      value)
+                        return Symbol(value - start + segment["p_offset"], symbol["st_size"], value)
     raise LookupError(f"{name} not in {path}")
 
 
-def make_probe(path: str | Path, symbol: str, args: str = "", *, kind: str = "p",
-               event: str | None = None, group: str = "ptrace_test",
-               function: str | None = None) -> ResolvedProbe:
+def make_probe(
+    path: str | Path,
+    symbol: str,
+    args: str = "",
+    *,
+    kind: str = "p",
+    event: str | None = None,
+    group: str = "ptrace_test",
+    function: str | None = None,
+) -> ResolvedProbe:
     """A ResolvedProbe for `symbol` in `path`, parsed from kernel grammar text.
 
     `function` names the enclosing function when `symbol` is a label inside it."""
@@ -71,8 +77,13 @@ def make_probe(path: str | Path, symbol: str, args: str = "", *, kind: str = "p"
     spec = parse_kernel_probe(text)
     assert isinstance(spec, ProbeSpec)
     probe = ResolvedProbe.from_uprobe_spec(spec)
-    return replace(probe, symbol=function or symbol, symbol_offset=site.offset - func.offset,
-                   function_offset=func.offset, function_size=func.size or None)
+    return replace(
+        probe,
+        symbol=function or symbol,
+        symbol_offset=site.offset - func.offset,
+        function_offset=func.offset,
+        function_size=func.size or None,
+    )
 
 
 @dataclass
@@ -100,10 +111,15 @@ def run_plain(argv: Sequence[str], **kwargs: Any) -> Plain:
     return Plain(done.returncode, done.stdout, done.stderr)
 
 
-def run_traced(probes: Sequence[ResolvedProbe], argv: Sequence[str], *,
-               handlers: Iterable[tuple[ResolvedProbe, Callable[[Any], None]]] = (),
-               follow_children: bool = True, engine: PtraceEngine | None = None,
-               on_event: Callable[[Event, PtraceEngine], None] | None = None) -> Run:
+def run_traced(
+    probes: Sequence[ResolvedProbe],
+    argv: Sequence[str],
+    *,
+    handlers: Iterable[tuple[ResolvedProbe, Callable[[Any], None]]] = (),
+    follow_children: bool = True,
+    engine: PtraceEngine | None = None,
+    on_event: Callable[[Event, PtraceEngine], None] | None = None,
+) -> Run:
     """Trace `argv` from its first instruction; its stdout/stderr go to files we read back."""
     engine = engine or PtraceEngine()
     for probe, handler in handlers:
@@ -113,8 +129,9 @@ def run_traced(probes: Sequence[ResolvedProbe], argv: Sequence[str], *,
         try:
             os.dup2(out.fileno(), 1)
             os.dup2(err.fileno(), 2)
-            engine.attach(probes, Target(command=tuple(str(a) for a in argv),
-                                         follow_children=follow_children))
+            engine.attach(
+                probes, Target(command=tuple(str(a) for a in argv), follow_children=follow_children)
+            )
         finally:
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
@@ -143,8 +160,11 @@ def text_differences(pid: int, path: str | Path) -> list[int]:
     """Addresses where the process's executable mappings of `path` differ from the file."""
     key = os.stat(path)
     diffs = []
-    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb") as mem, \
-            open(path, "rb") as f:
+    with (
+        open(f"/proc/{pid}/maps") as maps,
+        open(f"/proc/{pid}/mem", "rb") as mem,
+        open(path, "rb") as f,
+    ):
         for line in maps:
             parts = line.split()
             if len(parts) < 6 or "x" not in parts[1] or int(parts[4]) != key.st_ino:
@@ -155,6 +175,7 @@ def text_differences(pid: int, path: str | Path) -> list[int]:
             expected = f.read(end - start)
             mem.seek(start)
             actual = mem.read(len(expected))
-            diffs += [start + i for i, (a, b) in enumerate(zip(actual, expected, strict=True))
-                      if a != b]
+            diffs += [
+                start + i for i, (a, b) in enumerate(zip(actual, expected, strict=True)) if a != b
+            ]
     return diffs

@@ -84,8 +84,11 @@ def test_attach_follows_every_thread(target):
             if isinstance(item, EventBatch):
                 continue
             ids.setdefault(item.tid, set()).add(item.arg("id"))
-            if len(ids) == 3 and sum(len(v) for v in ids.values()) >= 3 and len(
-                    [1 for _ in ids]) == 3:
+            if (
+                len(ids) == 3
+                and sum(len(v) for v in ids.values()) >= 3
+                and len([1 for _ in ids]) == 3
+            ):
                 break
         assert sorted(next(iter(v)) for v in ids.values()) == [1, 2, 3]
         assert text_differences(program.pid, path) == []
@@ -99,8 +102,11 @@ def test_attach_follows_every_thread(target):
 def test_sigterm_of_the_tracer_restores_everything(target, tmp_path):
     path = target("slow.c")
     output = tmp_path / "out.txt"
-    driver = subprocess.Popen([sys.executable, str(DRIVER), str(path), "step", str(output)],
-                              stdout=subprocess.PIPE, text=True)
+    driver = subprocess.Popen(
+        [sys.executable, str(DRIVER), str(path), "step", str(output)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert driver.stdout.readline() == "attached\n"
         for _ in range(20):
@@ -127,7 +133,9 @@ def test_sigterm_while_attached_with_pid(target):
         program.stdout.readline()
         driver = subprocess.Popen(
             [sys.executable, str(DRIVER), str(path), "tick", "-", "--pid", str(program.pid)],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert driver.stdout.readline() == "attached\n"
         assert driver.stdout.readline().startswith("event 1 ")
         driver.send_signal(signal.SIGTERM)

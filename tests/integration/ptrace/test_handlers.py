@@ -51,12 +51,15 @@ def test_return_handler_changes_the_return_value(target):
         assert ctx.entry_timestamp_ns <= ctx.timestamp_ns
         ctx.override_return(10)
 
-    run = run_traced([entry, ret], [path, "4"],
-                     handlers=[(entry, read_args), (ret, force_ten)])
+    run = run_traced([entry, ret], [path, "4"], handlers=[(entry, read_args), (ret, force_ten)])
     assert run.stdout == b"sum=40 counter=13\n"
     assert run.exit_code == 3
-    assert seen == [(0, 0, "even", None), (1, 1, "odd", None), (2, 2, "even", None),
-                    (3, 3, "odd", None)]
+    assert seen == [
+        (0, 0, "even", None),
+        (1, 1, "odd", None),
+        (2, 2, "even", None),
+        (3, 3, "odd", None),
+    ]
     # The event shows what the function returned; the caller got the handler's value.
     assert [e.arg("r") for e in run.named("work_ret")] == [118, 130, 122, 134]
 

@@ -37,8 +37,10 @@ MODES = {
 @pytest.mark.parametrize("mode", list(MODES))
 def test_every_instruction_class(target, mode):
     path = target("sites.c")
-    probes = [make_probe(path, site, "ip=%ip sp=%sp di=%di", function=function)
-              for site, (function, _) in SITES.items()]
+    probes = [
+        make_probe(path, site, "ip=%ip sp=%sp di=%di", function=function)
+        for site, (function, _) in SITES.items()
+    ]
     engine = PtraceEngine(**MODES[mode])
     run = run_traced(probes, [path], engine=engine)
     assert_same_behaviour(run, run_plain([path]))
@@ -57,8 +59,18 @@ def test_every_instruction_class(target, mode):
 
 def test_emulation_covers_branches_and_nops(target):
     path = target("sites.c")
-    emulated = ["site_call", "site_jcc", "site_jcc_near", "site_loop", "site_jrcxz", "site_jmp",
-                "site_nop", "site_endbr", "site_icall_reg", "site_icall_mem"]
+    emulated = [
+        "site_call",
+        "site_jcc",
+        "site_jcc_near",
+        "site_loop",
+        "site_jrcxz",
+        "site_jmp",
+        "site_nop",
+        "site_endbr",
+        "site_icall_reg",
+        "site_icall_mem",
+    ]
     probes = [make_probe(path, site, function=SITES[site][0]) for site in emulated]
     run = run_traced(probes, [path])
     assert_same_behaviour(run, run_plain([path]))
@@ -76,7 +88,8 @@ def test_probe_inside_an_instruction_is_refused(target):
 
     from probescope.errors import PtraceError
 
-    inside = replace(good, offset=good.offset + 2,
-                     spec=good.spec, symbol_offset=good.symbol_offset + 2)
+    inside = replace(
+        good, offset=good.offset + 2, spec=good.spec, symbol_offset=good.symbol_offset + 2
+    )
     with pytest.raises(PtraceError, match="inside the instruction 'mov rax"):
         run_traced([inside], [path])

@@ -9,8 +9,12 @@ from probescope.events import EventBatch
 
 def test_entry_probe_args_in_a_loop(target):
     path = target("loop.c")
-    probe = make_probe(path, "work", "i=%di:s32 name=+0(%si):string b=+0(%dx):b5@3/32 "
-                       "c=+0(%si):char first=+0(%si):u8[2] counter=@+0x0:u8")
+    probe = make_probe(
+        path,
+        "work",
+        "i=%di:s32 name=+0(%si):string b=+0(%dx):b5@3/32 "
+        "c=+0(%si):char first=+0(%si):u8[2] counter=@+0x0:u8",
+    )
     run = run_traced([probe], [path, "6"])
     assert_same_behaviour(run, run_plain([path, "6"]))
     assert run.exit_code == 3

@@ -68,8 +68,9 @@ def test_exec_reinserts_probes_in_the_new_image(target):
 def test_dlopen_libraries_get_probes_when_mapped(target, build):
     from integration.ptrace.harness import TARGETS
 
-    library = build((TARGETS / "plugin.c").read_text(), "plugin.so",
-                    ("-O0", "-g", "-shared", "-fPIC"))
+    library = build(
+        (TARGETS / "plugin.c").read_text(), "plugin.so", ("-O0", "-g", "-shared", "-fPIC")
+    )
     path = target("dlopen.c", ("-O0", "-g", "-ldl"))
     entry = make_probe(library, "plugin_fn", "x=%di:s32")
     ret = make_probe(library, "plugin_fn", "r=$retval:s32", kind="r", event="plugin_ret")

@@ -25,8 +25,10 @@ pytestmark = pytest.mark.root
 
 GROUP = f"probescope_ptrace_{os.getpid()}"
 NO_ASLR = ("setarch", "x86_64", "-R")
-_LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<tid>\d+)\s+\[\d+\] (?P<flags>\S+)\s+[\d.]+: "
-                   r"(?P<event>\w+): \((?P<where>[^)]*)\)(?P<args>.*)$")
+_LINE = re.compile(
+    r"^\s*(?P<comm>.+?)-(?P<tid>\d+)\s+\[\d+\] (?P<flags>\S+)\s+[\d.]+: "
+    r"(?P<event>\w+): \((?P<where>[^)]*)\)(?P<args>.*)$"
+)
 
 
 def _append(path: Path, text: str) -> None:
@@ -53,8 +55,9 @@ def kernel() -> Iterator[tuple[Path, Path]]:
         for line in (root / "dynamic_events").read_text().splitlines():
             if f":{GROUP}/" in line:
                 _append(root / "dynamic_events", f"-:{line.split()[0].split(':', 1)[1]}\n")
-        assert not [line for line in (root / "dynamic_events").read_text().splitlines()
-                    if GROUP in line]
+        assert not [
+            line for line in (root / "dynamic_events").read_text().splitlines() if GROUP in line
+        ]
 
 
 def _kernel_text(value: object, arg_type: ArgType) -> str:
@@ -76,10 +79,15 @@ def _scalar(value: object, arg_type: ArgType) -> str:
 
 
 def _ptrace_line(event: Event) -> tuple[str, str, str]:
-    where = (f"0x{event.ret_ip:x} <- 0x{event.ip:x}" if event.ret_ip is not None
-             else f"0x{event.ip:x}")
-    args = "".join(f" {name}={_kernel_text(value, arg_type)}" for name, value, arg_type in
-                   zip(event.type.arg_names, event.args, event.type.arg_types, strict=True))
+    where = (
+        f"0x{event.ret_ip:x} <- 0x{event.ip:x}" if event.ret_ip is not None else f"0x{event.ip:x}"
+    )
+    args = "".join(
+        f" {name}={_kernel_text(value, arg_type)}"
+        for name, value, arg_type in zip(
+            event.type.arg_names, event.args, event.type.arg_types, strict=True
+        )
+    )
     return event.name, where, args
 
 
@@ -116,8 +124,9 @@ def _compare(kernel: tuple[Path, Path], definitions: list[str], argv: list[str])
     assert (run.stdout, run.exit_code) == (stdout, plain.returncode)
     ptrace_lines = [_ptrace_line(e) for e in run.events if e.comm == comm]
     addresses = {line[1].split()[-1] for line in ptrace_lines}
-    kernel_lines = [line for line in _kernel_lines(instance, {plain.pid})
-                    if line[1].split()[-1] in addresses]
+    kernel_lines = [
+        line for line in _kernel_lines(instance, {plain.pid}) if line[1].split()[-1] in addresses
+    ]
     assert len(ptrace_lines) == len(kernel_lines)
     for index, (mine, theirs) in enumerate(zip(ptrace_lines, kernel_lines, strict=True)):
         assert mine[:2] == theirs[:2], f"event {index}"
@@ -135,7 +144,7 @@ def test_fetchargs_match_the_kernel(kernel, target):
         f"p:{GROUP}/work {path}:0x{work:x} i=%di:s32 name=+0(%si):string c=+0(%si):char "
         "bits=+0(%dx):b5@3/32 low=+0(%dx):b3@0/8 word=+0(%dx):x32 arr=+0(%si):u8[3] "
         "ip=%ip sp=%sp fl=%flags cs=%cs ss=%ss oa=%orig_ax st=$stack st0=$stack0 st1=$stack1 "
-        f"comm=$comm imm=\\42 ims=\\\"text\":string ctr=@+0x{counter:x}:s64 "
+        f'comm=$comm imm=\\42 ims=\\"text":string ctr=@+0x{counter:x}:s64 '
         "nul=+0(%ax):u64 nuls=+0(%ax):string deep=+8(+0($stack)):x64 sarr=+0(%si):string[1] "
         "neg=-20(%bp):s16 u=+0(%si):u16 x8=%di:x8 s8=+1(%si):s8 dflt=%si",
         f"r:{GROUP}/work_ret {path}:0x{work:x} ret=$retval:s32 rx=$retval:x16 ip=%ip sp=%sp "
@@ -157,10 +166,20 @@ def test_recursion_and_instruction_sites_match_the_kernel(kernel, target):
         if f":{GROUP}/" in line:
             _append(kernel[0] / "dynamic_events", f"-:{line.split()[0].split(':', 1)[1]}\n")
     sites = target("sites.c")
-    labels = ["site_riprel_load", "site_call", "site_jcc", "site_loop", "site_push",
-              "site_icall_mem", "site_lea"]
-    definitions = [f"p:{GROUP}/{label} {sites}:0x{elf_symbol(sites, label).offset:x} "
-                   "ip=%ip sp=%sp ax=%ax cx=%cx fl=%flags" for label in labels]
+    labels = [
+        "site_riprel_load",
+        "site_call",
+        "site_jcc",
+        "site_loop",
+        "site_push",
+        "site_icall_mem",
+        "site_lea",
+    ]
+    definitions = [
+        f"p:{GROUP}/{label} {sites}:0x{elf_symbol(sites, label).offset:x} "
+        "ip=%ip sp=%sp ax=%ax cx=%cx fl=%flags"
+        for label in labels
+    ]
     assert _compare(kernel, definitions, [str(sites)]) > 12 * len(labels)
 
 

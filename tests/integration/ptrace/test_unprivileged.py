@@ -31,8 +31,10 @@ def user() -> pwd.struct_passwd:
         pass
     if os.geteuid() != 0:
         pytest.skip(f"needs root to create the test user {USER!r}")
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                    USER], check=True)
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+        check=True,
+    )
     return pwd.getpwnam(USER)
 
 
@@ -51,10 +53,16 @@ def _as_user(user: pwd.struct_passwd, argv: list[str], **kwargs: object) -> subp
     scope = procfs.ptrace_scope()
     if scope is not None and scope >= 2:
         pytest.skip(f"kernel.yama.ptrace_scope={scope} forbids unprivileged ptrace")
-    command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
-               "--clear-groups", "--inh-caps=-all", "--", *argv]
-    return subprocess.Popen(command, env={"PATH": "/usr/bin:/bin", "HOME": "/"},
-                            **kwargs)  # type: ignore[call-overload]
+    command = [
+        "setpriv",
+        f"--reuid={user.pw_uid}",
+        f"--regid={user.pw_gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--",
+        *argv,
+    ]
+    return subprocess.Popen(command, env={"PATH": "/usr/bin:/bin", "HOME": "/"}, **kwargs)  # type: ignore[call-overload]
 
 
 def _copy(binary: Path, workdir: Path) -> Path:
@@ -67,8 +75,14 @@ def _copy(binary: Path, workdir: Path) -> Path:
 def test_trace_a_started_command_as_an_ordinary_user(target, user, workdir):
     program = _copy(target("slow.c"), workdir)
     output = workdir / "out.txt"
-    driver = _as_user(user, [sys.executable, str(DRIVER), str(program), "step", str(output)],
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    driver = _as_user(
+        user,
+        [sys.executable, str(DRIVER), str(program), "step", str(output)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     out, err = driver.communicate(timeout=60)
     assert driver.returncode == 0, err
     lines = out.splitlines()
@@ -83,9 +97,14 @@ def test_attach_to_own_process_as_an_ordinary_user(target, user, workdir):
     spinner = _as_user(user, [str(program)], stdout=subprocess.PIPE)
     try:
         spinner.stdout.readline()
-        driver = _as_user(user, [sys.executable, str(DRIVER), str(program), "tick", "-",
-                                 "--pid", str(spinner.pid)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        driver = _as_user(
+            user,
+            [sys.executable, str(DRIVER), str(program), "tick", "-", "--pid", str(spinner.pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         assert driver.stdout.readline() == "attached\n", driver.stderr.read()
         for _ in range(3):
             assert driver.stdout.readline().startswith("event ")
@@ -105,9 +124,22 @@ def test_attaching_to_another_users_process_is_refused_with_a_reason(target, use
     root_spinner = subprocess.Popen([str(program)], stdout=subprocess.PIPE)
     try:
         root_spinner.stdout.readline()
-        driver = _as_user(user, [sys.executable, str(DRIVER), str(program), "tick", "-",
-                                 "--pid", str(root_spinner.pid)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        driver = _as_user(
+            user,
+            [
+                sys.executable,
+                str(DRIVER),
+                str(program),
+                "tick",
+                "-",
+                "--pid",
+                str(root_spinner.pid),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         _out, err = driver.communicate(timeout=30)
         assert driver.returncode != 0
         assert f"cannot attach to process {root_spinner.pid}" in err

@@ -189,8 +189,9 @@ GOOD_2BYTE_INSNS: Final = _bits([
     "0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 0",  # f0
 ])  # fmt: skip
 
-_LEGACY_PREFIXES: Final = frozenset({0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2,
-                                     0xF3})
+_LEGACY_PREFIXES: Final = frozenset(
+    {0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3}
+)
 _BAD_PREFIXES: Final = {0x26: "es", 0x2E: "cs", 0x36: "ss", 0x3E: "ds", 0xF0: "lock"}
 
 # The kernel's CASE_COND: (flag test) per even opcode; the odd opcode is its negation.
@@ -245,15 +246,24 @@ def _encoding(code: bytes) -> _Encoding:
     if i < len(code) and code[i] in (0xC4, 0xC5, 0x62):
         vex_offset, vex_kind = i, code[i]
         i += {0xC5: 2, 0xC4: 3, 0x62: 4}[code[i]]
-        return _Encoding(tuple(prefixes), rex, rex_offset, vex_offset, vex_kind, i,
-                         (code[i],) if i < len(code) else ())
+        return _Encoding(
+            tuple(prefixes),
+            rex,
+            rex_offset,
+            vex_offset,
+            vex_kind,
+            i,
+            (code[i],) if i < len(code) else (),
+        )
     if i < len(code) and code[i] == 0x0F and i + 1 < len(code):
         if code[i + 1] in (0x38, 0x3A) and i + 2 < len(code):
-            return _Encoding(tuple(prefixes), rex, rex_offset, None, None, i,
-                             (0x0F, code[i + 1], code[i + 2]))
+            return _Encoding(
+                tuple(prefixes), rex, rex_offset, None, None, i, (0x0F, code[i + 1], code[i + 2])
+            )
         return _Encoding(tuple(prefixes), rex, rex_offset, None, None, i, (0x0F, code[i + 1]))
-    return _Encoding(tuple(prefixes), rex, rex_offset, None, None, i,
-                     (code[i],) if i < len(code) else ())
+    return _Encoding(
+        tuple(prefixes), rex, rex_offset, None, None, i, (code[i],) if i < len(code) else ()
+    )
 
 
 def kernel_refusal(code: bytes) -> str | None:
@@ -269,8 +279,10 @@ def kernel_refusal(code: bytes) -> str | None:
         len(enc.opcode) == 2 and enc.opcode[1] in GOOD_2BYTE_INSNS
     ):
         return "instruction class not allowed at a uprobe site"
-    is_branch = first in (0xE8, 0xE9, 0xEB, 0x90) or 0x70 <= first <= 0x7F or (
-        len(enc.opcode) == 2 and first == 0x0F and 0x80 <= enc.opcode[1] <= 0x8F
+    is_branch = (
+        first in (0xE8, 0xE9, 0xEB, 0x90)
+        or 0x70 <= first <= 0x7F
+        or (len(enc.opcode) == 2 and first == 0x0F and 0x80 <= enc.opcode[1] <= 0x8F)
     )
     if is_branch and 0x66 in enc.prefixes:
         return "0x66-prefixed branch"
@@ -523,8 +535,12 @@ class ProbedInstruction:
             return short + fallthrough + absolute_jump(target)
         if kind == "call":
             target = _branch_target(insn)
-            return (b"\xff\x15\x02\x00\x00\x00" + b"\xeb\x08" + struct.pack("<Q", target)
-                    + absolute_jump(next_ip))
+            return (
+                b"\xff\x15\x02\x00\x00\x00"
+                + b"\xeb\x08"
+                + struct.pack("<Q", target)
+                + absolute_jump(next_ip)
+            )
         code = bytearray(self.raw)
         if self.rip_relative:
             disp = insn.disp + (self.address - slot)
@@ -624,8 +640,11 @@ def analyze(code: bytes, address: int) -> ProbedInstruction:
     elif enc.vex_kind is None and len(enc.opcode) == 1 and 0x70 <= first <= 0x7F:
         kind, branch_opcode = "jcc", first
         emulation = _ConditionalJump(first, _branch_target(insn), next_ip)
-    elif enc.vex_kind is None and enc.opcode[:1] == (0x0F,) and len(enc.opcode) == 2 and (
-        0x80 <= enc.opcode[1] <= 0x8F
+    elif (
+        enc.vex_kind is None
+        and enc.opcode[:1] == (0x0F,)
+        and len(enc.opcode) == 2
+        and (0x80 <= enc.opcode[1] <= 0x8F)
     ):
         kind, branch_opcode = "jcc", enc.opcode[1] - 0x10
         emulation = _ConditionalJump(branch_opcode, _branch_target(insn), next_ip)
@@ -637,12 +656,17 @@ def analyze(code: bytes, address: int) -> ProbedInstruction:
         emulation = _Call(_branch_target(insn), next_ip)
     elif enc.vex_kind is None and first == 0xFF and ((insn.modrm >> 3) & 7) in (3, 5):
         kind = "far"
-    elif enc.vex_kind is None and len(enc.opcode) == 1 and first == 0xFF and (
-        (insn.modrm >> 3) & 7
-    ) == 2:
+    elif (
+        enc.vex_kind is None
+        and len(enc.opcode) == 1
+        and first == 0xFF
+        and ((insn.modrm >> 3) & 7) == 2
+    ):
         emulation = _CallIndirect(insn, next_ip)
-    elif insn.id == x86_const.X86_INS_NOP or insn.id == x86_const.X86_INS_ENDBR64 or (
-        first == 0x90 and enc.rex is None
+    elif (
+        insn.id == x86_const.X86_INS_NOP
+        or insn.id == x86_const.X86_INS_ENDBR64
+        or (first == 0x90 and enc.rex is None)
     ):
         emulation = _Skip(next_ip)
     return ProbedInstruction(address, raw, text, emulation, insn, kind, branch_opcode)

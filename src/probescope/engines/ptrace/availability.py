@@ -47,8 +47,10 @@ def check() -> Availability:
         return Availability(False, "process_vm_readv is not permitted here (seccomp?)")
     note = ""
     if scope == 1:
-        note = ("kernel.yama.ptrace_scope=1: only programs started by probescope (-c) can be "
-                "traced without CAP_SYS_PTRACE")
+        note = (
+            "kernel.yama.ptrace_scope=1: only programs started by probescope (-c) can be "
+            "traced without CAP_SYS_PTRACE"
+        )
     return Availability(True, note)
 
 
@@ -97,8 +99,10 @@ def _process_vm_readv_works() -> bool:
 
 def _hint_for(failure: str) -> str | None:
     if "EPERM" in failure:
-        return ("a seccomp filter or security module forbids ptrace here (containers: "
-                "--cap-add SYS_PTRACE or a seccomp profile allowing ptrace)")
+        return (
+            "a seccomp filter or security module forbids ptrace here (containers: "
+            "--cap-add SYS_PTRACE or a seccomp profile allowing ptrace)"
+        )
     if "ENOSYS" in failure:
         return "this kernel was built without ptrace support"
     return None

@@ -40,8 +40,9 @@ class PtraceEngine:
 
     name = "ptrace"
 
-    def __init__(self, *, pin_cpu: bool | int = True, emulate: bool = True,
-                 single_step: bool = False) -> None:
+    def __init__(
+        self, *, pin_cpu: bool | int = True, emulate: bool = True, single_step: bool = False
+    ) -> None:
         self._options = TracerOptions(pin_cpu=pin_cpu, emulate=emulate, single_step=single_step)
         self._handlers: dict[ResolvedProbe, list[Handler]] = {}
         self._sites: list[ProbeSite] = []

@@ -161,8 +161,9 @@ def compile_arg(arg: FetchArg, is_return: bool) -> CompiledArg:
     record_size = (4 if arg_type.is_string else arg_type.size) * (count or 1)
 
     if arg_type.is_string:
-        return CompiledArg(arg.name, True, record_size,
-                           strings=_compile_string(first, offsets, count), count=count)
+        return CompiledArg(
+            arg.name, True, record_size, strings=_compile_string(first, offsets, count), count=count
+        )
 
     if isinstance(fetch, (Comm, ImmediateString)):
         raise PtraceError(f"{arg.expression!r} needs a string type, not {arg_type.name}")
@@ -173,8 +174,9 @@ def compile_arg(arg: FetchArg, is_return: bool) -> CompiledArg:
                 f"array type {arg_type} needs a memory fetch, not {arg.expression!r}",
                 hint="use +0(...) or @ADDR for arrays",
             )
-        return CompiledArg(arg.name, False, record_size,
-                           numeric=lambda ctx: convert(int(first(ctx))))
+        return CompiledArg(
+            arg.name, False, record_size, numeric=lambda ctx: convert(int(first(ctx)))
+        )
 
     *chain, last = offsets
     size = arg_type.size
@@ -190,6 +192,7 @@ def compile_arg(arg: FetchArg, is_return: bool) -> CompiledArg:
         return (value + last) & _U64
 
     if count:
+
         def array(ctx: FetchContext) -> tuple[int, ...]:
             address = address_of(ctx)
             if address is None:
@@ -197,7 +200,7 @@ def compile_arg(arg: FetchArg, is_return: bool) -> CompiledArg:
             data = ctx.memory.read(address, size * count)
             out = []
             for i in range(count):
-                chunk = data[i * size:(i + 1) * size]
+                chunk = data[i * size : (i + 1) * size]
                 out.append(convert(unpack(chunk)) if len(chunk) == size else 0)
             return tuple(out)
 
@@ -213,8 +216,9 @@ def compile_arg(arg: FetchArg, is_return: bool) -> CompiledArg:
     return CompiledArg(arg.name, False, record_size, numeric=scalar)
 
 
-def _compile_string(first: Callable[[FetchContext], Any], offsets: list[int],
-                    count: int) -> Callable[[FetchContext], list[_StringSource]]:
+def _compile_string(
+    first: Callable[[FetchContext], Any], offsets: list[int], count: int
+) -> Callable[[FetchContext], list[_StringSource]]:
     if count:
         # string[N]: N char* read one after another, each then read as a string.
         *chain, last = offsets or [0]
@@ -233,13 +237,15 @@ def _compile_string(first: Callable[[FetchContext], Any], offsets: list[int],
             out = []
             for i in range(count):
                 pointer = ctx.memory.read_word((base + 8 * i) & _U64)
-                out.append(_StringSource(_FAULT) if pointer is None
-                           else _StringSource(None, pointer))
+                out.append(
+                    _StringSource(_FAULT) if pointer is None else _StringSource(None, pointer)
+                )
             return out
 
         return sources
 
     if not offsets:
+
         def direct(ctx: FetchContext) -> list[_StringSource]:
             value = first(ctx)
             if value is _COMM:

@@ -103,8 +103,9 @@ def from_dt_debug(pid: int, memory: TraceeMemory, auxv: dict[int, int]) -> Rende
     return None
 
 
-def from_interpreter(pid: int, auxv: dict[int, int],
-                     mappings: list[procfs.Mapping]) -> Rendezvous | None:
+def from_interpreter(
+    pid: int, auxv: dict[int, int], mappings: list[procfs.Mapping]
+) -> Rendezvous | None:
     """r_debug and r_brk from ld.so's exported `_r_debug` and `_dl_debug_state`."""
     base = auxv.get(procfs.AT_BASE)
     if not base:
@@ -118,8 +119,10 @@ def from_interpreter(pid: int, auxv: dict[int, int],
     if symbols is None or "_dl_debug_state" not in symbols:
         return None
     r_debug = symbols.get("_r_debug")
-    return Rendezvous(r_brk=base + symbols["_dl_debug_state"],
-                      r_debug=base + r_debug if r_debug is not None else None)
+    return Rendezvous(
+        r_brk=base + symbols["_dl_debug_state"],
+        r_debug=base + r_debug if r_debug is not None else None,
+    )
 
 
 _symbol_cache: dict[tuple[str, int, int], dict[str, int] | None] = {}

@@ -39,8 +39,10 @@ def is_go_binary(path: str) -> bool:
         try:
             with open(path, "rb") as f:
                 elf = ELFFile(f)
-                found = any(elf.get_section_by_name(name) is not None
-                            for name in (".go.buildinfo", ".note.go.buildid"))
+                found = any(
+                    elf.get_section_by_name(name) is not None
+                    for name in (".go.buildinfo", ".note.go.buildid")
+                )
         except (OSError, ELFError):
             found = False
         _go_cache[key] = found
@@ -53,24 +55,29 @@ def _read_file(path: str, offset: int, size: int) -> bytes:
         return f.read(size)
 
 
-def build_sites(probes: Sequence[ResolvedProbe],
-                handlers: dict[ResolvedProbe, list[Callable[[Any], None]]]) -> list[ProbeSite]:
+def build_sites(
+    probes: Sequence[ResolvedProbe], handlers: dict[ResolvedProbe, list[Callable[[Any], None]]]
+) -> list[ProbeSite]:
     problems: list[str] = []
     sites: list[ProbeSite] = []
     event_types: dict[tuple[str, str], EventType] = {}
     for probe in probes:
         where = probe.label
         if probe.kind not in (ProbeKind.UPROBE, ProbeKind.URETPROBE):
-            problems.append(f"{where}: the ptrace engine handles uprobes and uretprobes, "
-                            f"not {probe.kind}")
+            problems.append(
+                f"{where}: the ptrace engine handles uprobes and uretprobes, not {probe.kind}"
+            )
             continue
         if probe.path is None or probe.offset is None:
             problems.append(f"{where}: no file and offset resolved")
             continue
         path = probe.path
         try:
-            key = (os.major(probe.device), os.minor(probe.device), probe.inode) if (
-                probe.device is not None and probe.inode is not None) else procfs.file_key(path)
+            key = (
+                (os.major(probe.device), os.minor(probe.device), probe.inode)
+                if (probe.device is not None and probe.inode is not None)
+                else procfs.file_key(path)
+            )
             code = _read_file(path, probe.offset, arch.MAX_INSTRUCTION + 1)
         except OSError as error:
             problems.append(f"{where}: cannot read {path}: {error.strerror}")
@@ -90,12 +97,16 @@ def build_sites(probes: Sequence[ResolvedProbe],
         is_return = probe.kind is ProbeKind.URETPROBE
         if is_return:
             if probe.function_offset is not None and probe.function_offset != probe.offset:
-                problems.append(f"{where}: a return probe must be on the function's first "
-                                "instruction (its return address is at [sp] only there)")
+                problems.append(
+                    f"{where}: a return probe must be on the function's first "
+                    "instruction (its return address is at [sp] only there)"
+                )
                 continue
             if is_go_binary(path):
-                problems.append(f"{where}: return probes on Go binaries are refused: Go moves "
-                                "goroutine stacks and would crash on the hijacked return")
+                problems.append(
+                    f"{where}: return probes on Go binaries are refused: Go moves "
+                    "goroutine stacks and would crash on the hijacked return"
+                )
                 continue
         spec = probe.spec
         try:
@@ -107,21 +118,34 @@ def build_sites(probes: Sequence[ResolvedProbe],
         event_type = event_types.get(names)
         if event_type is None:
             event_type = EventType(
-                group=names[0], name=names[1], kind=probe.kind,
+                group=names[0],
+                name=names[1],
+                kind=probe.kind,
                 arg_names=tuple(a.name for a in spec.args),
                 arg_types=tuple(a.type for a in spec.args),
             )
             event_types[names] = event_type
-        sites.append(ProbeSite(
-            probe=probe, event_type=event_type, fetcher=fetcher,
-            key=f"{names[0]}/{names[1]}", file_key=key, offset=probe.offset,
-            is_return=is_return, handlers=list(handlers.get(probe, [])),
-        ))
+        sites.append(
+            ProbeSite(
+                probe=probe,
+                event_type=event_type,
+                fetcher=fetcher,
+                key=f"{names[0]}/{names[1]}",
+                file_key=key,
+                offset=probe.offset,
+                is_return=is_return,
+                handlers=list(handlers.get(probe, [])),
+            )
+        )
     if problems:
         count = len(problems)
         raise PtraceError(
-            (f"{count} probes cannot be attached:\n  " if count > 1
-             else "probe cannot be attached: ") + "\n  ".join(problems),
+            (
+                f"{count} probes cannot be attached:\n  "
+                if count > 1
+                else "probe cannot be attached: "
+            )
+            + "\n  ".join(problems),
             hint="nothing was attached",
         )
     return sites

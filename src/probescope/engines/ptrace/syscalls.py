@@ -94,7 +94,6 @@ _sched_getcpu.restype = ctypes.c_int
 _sched_getcpu.argtypes = []
 
 
-
 class IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
@@ -244,8 +243,9 @@ class RemoteReader:
         self._remote.base = address
         self._remote.len = size
         self._local.len = size
-        got = _process_vm_readv(pid, self._local_ref, self._one, self._remote_ref, self._one,
-                                self._zero)
+        got = _process_vm_readv(
+            pid, self._local_ref, self._one, self._remote_ref, self._one, self._zero
+        )
         if got <= 0:
             return b""
         return self._buffer.raw[:got]
@@ -260,8 +260,14 @@ def remote_write(pid: int, address: int, data: bytes) -> int:
     local_buffer = ctypes.create_string_buffer(data, len(data))
     local = IoVec(ctypes.addressof(local_buffer), len(data))
     remote = IoVec(address, len(data))
-    got: int = _process_vm_writev(pid, ctypes.byref(local), ctypes.c_ulong(1),
-                                  ctypes.byref(remote), ctypes.c_ulong(1), ctypes.c_ulong(0))
+    got: int = _process_vm_writev(
+        pid,
+        ctypes.byref(local),
+        ctypes.c_ulong(1),
+        ctypes.byref(remote),
+        ctypes.c_ulong(1),
+        ctypes.c_ulong(0),
+    )
     return got
 
 

@@ -39,8 +39,9 @@ UPROBE_FLAGS = 0xFF
 UPROBE_PREEMPT_COUNT = 0xFF
 TICK = 0.1
 _STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
-_FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
-                            signal.SIGTRAP})
+_FAULT_SIGNALS = frozenset(
+    {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP}
+)
 _ESRCH = 3
 _SCAN_INTERVAL = 1.0
 _MAX_STACK_SCAN = 8 << 20
@@ -193,8 +194,10 @@ class Tracer:
         if err == 1:
             scope = procfs.ptrace_scope()
             if scope == 1:
-                hint = ("kernel.yama.ptrace_scope=1 allows tracing only descendants: start the "
-                        "program under probescope (-c) or run with CAP_SYS_PTRACE")
+                hint = (
+                    "kernel.yama.ptrace_scope=1 allows tracing only descendants: start the "
+                    "program under probescope (-c) or run with CAP_SYS_PTRACE"
+                )
             elif scope and scope >= 2:
                 hint = f"kernel.yama.ptrace_scope={scope} forbids attaching (needs root or none)"
             else:
@@ -229,12 +232,15 @@ class Tracer:
 
     def _return_refusal(self, thread: Thread) -> str | None:
         if procfs.shadow_stack_enabled(thread.tid):
-            return (f"return probes disabled in process {thread.tgid}: x86 user shadow stack "
-                    "(CET shstk) is enabled and a hijacked return address would fault")
+            return (
+                f"return probes disabled in process {thread.tgid}: x86 user shadow stack "
+                "(CET shstk) is enabled and a hijacked return address would fault"
+            )
         return None
 
-    def _apply(self, thread: Thread, mappings: list[procfs.Mapping], *,
-               strict: bool = False) -> None:
+    def _apply(
+        self, thread: Thread, mappings: list[procfs.Mapping], *, strict: bool = False
+    ) -> None:
         """Insert every probe whose file is mapped and not yet probed; forget breakpoints whose
         mapping went away (dlclose)."""
         process = thread.process
@@ -272,24 +278,37 @@ class Tracer:
         for items in by_mapping.values():
             for mapping, offset, group in items:
                 try:
-                    self._insert(thread, mapping, mapping.address_of(offset), offset, group,
-                                 len(items))
+                    self._insert(
+                        thread, mapping, mapping.address_of(offset), offset, group, len(items)
+                    )
                 except PtraceError as error:
                     if strict:
                         raise
                     self.counters.notes.append(error.message)
 
-    def _insert(self, thread: Thread, mapping: procfs.Mapping, address: int, offset: int,
-                sites: list[ProbeSite] | None, batch: int = 1, internal: str | None = None
-                ) -> Breakpoint:
+    def _insert(
+        self,
+        thread: Thread,
+        mapping: procfs.Mapping,
+        address: int,
+        offset: int,
+        sites: list[ProbeSite] | None,
+        batch: int = 1,
+        internal: str | None = None,
+    ) -> Breakpoint:
         process = thread.process
         code = process.memory.read(address, arch.MAX_INSTRUCTION + 1)
         if not code:
             raise PtraceError(f"cannot read the instruction at 0x{address:x} in {thread.tgid}")
         instruction = arch.analyze(code, address)
-        bp = Breakpoint(address=address, file_offset=offset, instruction=instruction,
-                        internal=internal, mapping_start=mapping.start,
-                        mapping_key=mapping.file_key)
+        bp = Breakpoint(
+            address=address,
+            file_offset=offset,
+            instruction=instruction,
+            internal=internal,
+            mapping_start=mapping.start,
+            mapping_key=mapping.file_key,
+        )
         for site in sites or []:
             (bp.return_sites if site.is_return else bp.entry_sites).append(site)
         slot = self._slot(thread, address, batch)
@@ -323,11 +342,20 @@ class Tracer:
             if not unwinder.worth_checking(mapping.path, key == main_key):
                 continue
             process.unwinder_checked.add(key)
-            paths = [mapping.path, f"/proc/{thread.tgid}/root{mapping.path}",
-                     f"/proc/{thread.tgid}/map_files/{mapping.start:x}-{mapping.end:x}"]
+            paths = [
+                mapping.path,
+                f"/proc/{thread.tgid}/root{mapping.path}",
+                f"/proc/{thread.tgid}/map_files/{mapping.start:x}-{mapping.end:x}",
+            ]
             for kind, offset in unwinder.hooks_in(paths, key):
-                holder = next((m for m in mappings if m.file_key == key and m.executable
-                               and m.contains_offset(offset)), None)
+                holder = next(
+                    (
+                        m
+                        for m in mappings
+                        if m.file_key == key and m.executable and m.contains_offset(offset)
+                    ),
+                    None,
+                )
                 if holder is None:
                     continue
                 address = holder.address_of(offset)
@@ -339,15 +367,18 @@ class Tracer:
                     self._insert(thread, holder, address, offset, None, internal=kind)
                 except PtraceError as error:
                     self.counters.notes.append(
-                        f"C++ exceptions through return probes unsupported: {error.message}")
+                        f"C++ exceptions through return probes unsupported: {error.message}"
+                    )
 
     def _slot(self, thread: Thread, near: int, batch: int = 1) -> int:
         process = thread.process
         slot = xol.take_slot(process, near)
         if slot is not None:
             return slot
-        size = max(arch.PAGE_SIZE,
-                   (batch + 2) * arch.SLOT_SIZE + arch.PAGE_SIZE - 1 & ~(arch.PAGE_SIZE - 1))
+        size = max(
+            arch.PAGE_SIZE,
+            (batch + 2) * arch.SLOT_SIZE + arch.PAGE_SIZE - 1 & ~(arch.PAGE_SIZE - 1),
+        )
         start, in_reach = xol.allocate_area(self.injector, thread, near, near + 1, size)
         self.counters.xol_pages += size // arch.PAGE_SIZE
         xol.add_area(process, start, size)
@@ -380,9 +411,14 @@ class Tracer:
             return
         if found.r_brk not in process.breakpoints:
             try:
-                self._insert(thread, mapping, found.r_brk,
-                             found.r_brk - mapping.start + mapping.offset, None,
-                             internal="rendezvous")
+                self._insert(
+                    thread,
+                    mapping,
+                    found.r_brk,
+                    found.r_brk - mapping.start + mapping.offset,
+                    None,
+                    internal="rendezvous",
+                )
             except PtraceError as error:
                 self.counters.notes.append(f"dlopen tracking off: {error.message}")
                 return
@@ -517,15 +553,19 @@ class Tracer:
         if regs.rip == address:
             emulation = bp.instruction.emulation
             if bp.single_step:
-                if emulation is not None and self.options.emulate and emulation.apply(
-                    regs, thread.process.memory
+                if (
+                    emulation is not None
+                    and self.options.emulate
+                    and emulation.apply(regs, thread.process.memory)
                 ):
                     counters.emulated += 1
                 else:
                     self._start_step(thread, bp)
                     return
-            elif emulation is not None and self.options.emulate and emulation.apply(
-                regs, thread.process.memory
+            elif (
+                emulation is not None
+                and self.options.emulate
+                and emulation.apply(regs, thread.process.memory)
             ):
                 counters.emulated += 1
             else:
@@ -547,8 +587,21 @@ class Tracer:
         for site in bp.entry_sites:
             args = site.fetcher.evaluate(ctx)
             by_event[site.key] = by_event.get(site.key, 0) + 1
-            self.out.append(Event(now, cpu, thread.tgid, thread.tid, comm, site.event_type,
-                                  bp.address, None, args, UPROBE_FLAGS, UPROBE_PREEMPT_COUNT))
+            self.out.append(
+                Event(
+                    now,
+                    cpu,
+                    thread.tgid,
+                    thread.tid,
+                    comm,
+                    site.event_type,
+                    bp.address,
+                    None,
+                    args,
+                    UPROBE_FLAGS,
+                    UPROBE_PREEMPT_COUNT,
+                )
+            )
             if site.handlers:
                 self._call_handlers(site, HitContext(thread, site, bp, now, args))
 
@@ -638,9 +691,21 @@ class Tracer:
         for site in bp.return_sites:
             args = site.fetcher.evaluate(ctx)
             by_event[site.key] = by_event.get(site.key, 0) + 1
-            self.out.append(Event(now, cpu, thread.tgid, thread.tid, comm, site.event_type,
-                                  bp.address, instance.original, args, UPROBE_FLAGS,
-                                  UPROBE_PREEMPT_COUNT))
+            self.out.append(
+                Event(
+                    now,
+                    cpu,
+                    thread.tgid,
+                    thread.tid,
+                    comm,
+                    site.event_type,
+                    bp.address,
+                    instance.original,
+                    args,
+                    UPROBE_FLAGS,
+                    UPROBE_PREEMPT_COUNT,
+                )
+            )
             if site.handlers:
                 self._call_handlers(site, HitContext(thread, site, bp, now, args, instance))
 
@@ -686,7 +751,8 @@ class Tracer:
             pushed = thread.process.memory.read_word(sp)
             if pushed is not None:
                 thread.process.memory.write_data(
-                    sp, struct.pack("<Q", (pushed + correction) & arch.U64))
+                    sp, struct.pack("<Q", (pushed + correction) & arch.U64)
+                )
 
     def _abort_step(self, thread: Thread) -> None:
         """The stepped copy did not run (a fault in it, or detach): back to the probe site."""
@@ -719,8 +785,11 @@ class Tracer:
             else:
                 thread.group_stop = False
                 self._resume(thread)
-        elif event in (syscalls.PTRACE_EVENT_FORK, syscalls.PTRACE_EVENT_VFORK,
-                       syscalls.PTRACE_EVENT_CLONE):
+        elif event in (
+            syscalls.PTRACE_EVENT_FORK,
+            syscalls.PTRACE_EVENT_VFORK,
+            syscalls.PTRACE_EVENT_CLONE,
+        ):
             self._on_new_child(thread, event)
             self._maybe_rescan(thread)
             self._resume(thread)
@@ -779,8 +848,10 @@ class Tracer:
             if instance.exposed:
                 continue
             instance.exposed = True
-            if not instance.chained and process.memory.read_word(
-                    instance.stack) == process.trampoline:
+            if (
+                not instance.chained
+                and process.memory.read_word(instance.stack) == process.trampoline
+            ):
                 process.memory.write_data(instance.stack, struct.pack("<Q", instance.original))
 
     def _rehijack_returns(self, thread: Thread) -> None:
@@ -795,8 +866,10 @@ class Tracer:
             if not instance.exposed or trampoline is None:
                 continue
             instance.exposed = False
-            if not instance.chained and process.memory.read_word(
-                    instance.stack) == instance.original:
+            if (
+                not instance.chained
+                and process.memory.read_word(instance.stack) == instance.original
+            ):
                 process.memory.write_data(instance.stack, struct.pack("<Q", trampoline))
 
     def _rendezvous_hit(self, thread: Thread) -> None:
@@ -849,7 +922,8 @@ class Tracer:
         process.return_refusal = parent.return_refusal
         if parent.rendezvous is not None:
             process.rendezvous = rendezvous.Rendezvous(
-                parent.rendezvous.r_brk, parent.rendezvous.r_debug, parent.rendezvous.objects)
+                parent.rendezvous.r_brk, parent.rendezvous.r_debug, parent.rendezvous.objects
+            )
         return process
 
     def _first_stop(self, thread: Thread) -> None:
@@ -890,8 +964,7 @@ class Tracer:
             mover.tid = thread.tid
             self.threads[thread.tid] = mover
             thread = mover
-        for other in [t for t in self.threads.values()
-                      if t.tgid == tgid and t is not thread]:
+        for other in [t for t in self.threads.values() if t.tgid == tgid and t is not thread]:
             self._forget_thread(other)
         thread.shadow.clear()
         thread.step = None
@@ -925,9 +998,7 @@ class Tracer:
             self.root_status = status
         if not any(t.tgid == tgid for t in self.threads.values()):
             process = self.processes.get(tgid)
-            if process is not None and not any(
-                t.process is process for t in self.threads.values()
-            ):
+            if process is not None and not any(t.process is process for t in self.threads.values()):
                 process.memory.close()
                 process.closed = True
                 self.injector.forget(process)
@@ -1091,8 +1162,11 @@ class Tracer:
             elif event == syscalls.PTRACE_EVENT_STOP:
                 thread.group_stop = sig in _STOP_SIGNALS
                 thread.awaiting_first_stop = False
-            elif event in (syscalls.PTRACE_EVENT_FORK, syscalls.PTRACE_EVENT_VFORK,
-                           syscalls.PTRACE_EVENT_CLONE):
+            elif event in (
+                syscalls.PTRACE_EVENT_FORK,
+                syscalls.PTRACE_EVENT_VFORK,
+                syscalls.PTRACE_EVENT_CLONE,
+            ):
                 self._on_new_child(thread, event)
                 child = self.threads.get(syscalls.get_event_message(thread.tid))
                 if child is not None and not child.awaiting_first_stop:
@@ -1176,7 +1250,8 @@ class Tracer:
         address = int(regs.rip) - arch.TRAP_IP_ADVANCE
         bp = process.breakpoints.get(address)
         unserved = syscalls.stopped(thread.stop_status) and (
-            thread.stop_status >> 8 == signal.SIGTRAP)
+            thread.stop_status >> 8 == signal.SIGTRAP
+        )
         if bp is not None and unserved:
             # Stopped on our int3 but not yet served (detach from a signal handler).
             regs.rip = address
@@ -1241,8 +1316,7 @@ class Tracer:
                     self.counters.notes.append(error.message)
         self._release_xol(process, threads, stopped)
 
-    def _release_xol(self, process: AddressSpace, threads: list[Thread],
-                     stopped: Thread) -> None:
+    def _release_xol(self, process: AddressSpace, threads: list[Thread], stopped: Thread) -> None:
         """munmap our pages unless something still points into them (a stacked return
         address, a signal frame): then they stay, harmless."""
         if not process.xol_areas:
@@ -1299,5 +1373,3 @@ def exit_status_code(status: int | None) -> int | None:
     if syscalls.exited(status):
         return syscalls.exit_code(status)
     return -syscalls.term_signal(status)
-
-

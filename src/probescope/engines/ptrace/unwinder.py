@@ -82,5 +82,3 @@ def executable_path(pid: int) -> str | None:
         return os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return None
-
-

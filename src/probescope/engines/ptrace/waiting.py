@@ -91,8 +91,10 @@ class InterruptibleWait:
         event.signo = self.signal
         event.notify = _SIGEV_THREAD_ID
         event.tid = threading.get_native_id()
-        if _libc.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event),
-                              ctypes.byref(self._timer)) != 0:
+        if (
+            _libc.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(self._timer))
+            != 0
+        ):
             raise PtraceError(f"timer_create failed: {errno.errorcode[ctypes.get_errno()]}")
         seconds = int(period)
         nanos = int((period - seconds) * 1e9)

@@ -106,15 +106,22 @@ def find_syscall_instruction(process: AddressSpace) -> int:
     )
 
 
-def candidate_starts(mappings: list[procfs.Mapping], low: int, high: int, size: int,
-                     stack_limit: int | None = None) -> Iterator[int]:
+def candidate_starts(
+    mappings: list[procfs.Mapping],
+    low: int,
+    high: int,
+    size: int,
+    stack_limit: int | None = None,
+    executable: tuple[int, int, int] | None = None,
+) -> Iterator[int]:
     """Page-aligned starts for a `size`-byte area that keeps every address in [low, high)
     within ±2 GiB of every slot, least disturbing first.
 
     The program's own layout must not move: mmap hands out addresses top-down from below the
     stack gap, brk grows up after the executable, the stack grows down. So the first choice is
     the bottom of the stack gap (above every mmap, below the stack's rlimit), the next ones
-    sit just below a mapping (below the executable nothing is ever allocated), nearest first.
+    sit just below a mapping (below the executable nothing is ever allocated), nearest first;
+    never in the gap after the executable (or [heap]), where brk grows.
     """
     window_low = max(_LOWEST, high - _REACH)
     window_high = min(_HIGHEST, low + _REACH)
@@ -126,8 +133,13 @@ def candidate_starts(mappings: list[procfs.Mapping], low: int, high: int, size: 
             ceiling = stack.start - stack_limit - _STACK_GUARD
             if start + size <= ceiling and window_low <= start and start + size <= window_high:
                 yield start
+    brk_floors = {m.end for m in mappings if m.path == "[heap]"}
+    if executable is not None:
+        brk_floors.add(max((m.end for m in mappings if m.file_key == executable), default=-1))
     candidates = []
     for gap_low, gap_high in procfs.gaps(mappings, window_low, window_high):
+        if gap_low in brk_floors:
+            continue
         gap_low = (gap_low + 0xFFF) & ~0xFFF
         gap_high &= ~0xFFF
         if gap_high - gap_low < size + 2 * 4096:
@@ -154,14 +166,27 @@ def stack_limit(pid: int) -> int | None:
     return None
 
 
-def allocate_area(injector: SyscallInjector, thread: Thread, low: int, high: int,
-                  size: int) -> tuple[int, bool]:
+def allocate_area(
+    injector: SyscallInjector, thread: Thread, low: int, high: int, size: int
+) -> tuple[int, bool]:
     """Map a `size`-byte r-x area near [low, high); (start, within reach)."""
     process = thread.process
     mappings = process.mappings()
-    for start in candidate_starts(mappings, low, high, size, stack_limit(thread.tgid)):
-        result = injector.run(thread, arch.SYS_MMAP, start, size, arch.PROT_READ_EXEC,
-                              arch.MAP_PRIVATE_ANONYMOUS_FIXED_NOREPLACE, -1, 0)
+    try:
+        executable: tuple[int, int, int] | None = procfs.file_key(f"/proc/{thread.tgid}/exe")
+    except OSError:
+        executable = None
+    for start in candidate_starts(mappings, low, high, size, stack_limit(thread.tgid), executable):
+        result = injector.run(
+            thread,
+            arch.SYS_MMAP,
+            start,
+            size,
+            arch.PROT_READ_EXEC,
+            arch.MAP_PRIVATE_ANONYMOUS_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
         if result == -_EEXIST:
             continue
         if result < 0:
