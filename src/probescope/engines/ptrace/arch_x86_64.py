@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-import capstone
+import capstone  # type: ignore[import-untyped]
 from capstone import x86_const
 
 from probescope.errors import PtraceError

@@ -271,7 +271,12 @@ def _compile_string(
 
 
 class ProbeFetcher:
-    """All fetchargs of one probe, evaluated together (strings share one page per hit)."""
+    """All fetchargs of one probe, evaluated together (strings share one page per hit).
+
+    `evaluate(ctx)` returns the values in spec order; it is the cheapest closure for the
+    probe's args (numbers only: one generator over the compiled fetches)."""
+
+    evaluate: Callable[[FetchContext], tuple[Any, ...]]
 
     def __init__(self, args: Sequence[FetchArg], is_return: bool) -> None:
         self.args = [compile_arg(arg, is_return) for arg in args]
@@ -283,9 +288,6 @@ class ProbeFetcher:
             self.evaluate = lambda ctx: tuple(f(ctx) for f in fns)
         else:
             self.evaluate = self._evaluate_with_strings
-
-    def evaluate(self, ctx: FetchContext) -> tuple[Any, ...]:  # replaced per instance
-        raise NotImplementedError
 
     def _evaluate_with_strings(self, ctx: FetchContext) -> tuple[Any, ...]:
         values: list[Any] = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from probescope.engines.ptrace import procfs
 from probescope.engines.ptrace.memory import TraceeMemory
@@ -141,7 +142,7 @@ def _linker_symbols(path: str) -> dict[str, int] | None:
         with open(path, "rb") as f:
             elf = ELFFile(f)
             dynsym = elf.get_section_by_name(".dynsym")
-            if dynsym is not None:
+            if isinstance(dynsym, SymbolTableSection):
                 found = {}
                 for symbol in dynsym.iter_symbols():
                     if symbol.name in ("_dl_debug_state", "_r_debug") and symbol["st_value"]:

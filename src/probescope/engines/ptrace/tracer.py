@@ -532,7 +532,7 @@ class Tracer:
 
     def _trapped_by_int3(self, tid: int) -> bool:
         info = syscalls.get_siginfo(tid, self._siginfo)
-        return info.signo == signal.SIGTRAP and info.code == syscalls.SI_KERNEL
+        return bool(info.signo == signal.SIGTRAP and info.code == syscalls.SI_KERNEL)
 
     def _hit(self, thread: Thread, bp: Breakpoint) -> None:
         regs = thread.regs
@@ -1135,11 +1135,12 @@ class Tracer:
                 pid, status = os.waitpid(-1, syscalls.WALL | syscalls.WNOTHREAD)
             except ChildProcessError:
                 break
-            thread = self.threads.get(pid)
-            if thread is None:
+            stopped_thread = self.threads.get(pid)
+            if stopped_thread is None:
                 if syscalls.stopped(status):
                     self.orphan_stops[pid] = status
                 continue
+            thread = stopped_thread
             thread.running = False
             thread.stop_status = status
             if not syscalls.stopped(status):

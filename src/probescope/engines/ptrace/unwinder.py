@@ -15,6 +15,7 @@ from typing import BinaryIO
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 EXPOSE = "expose"  # entering the unwinder: put every original return address back
 CATCH = "catch"  # a handler caught the exception: hijack the surviving frames again
@@ -61,7 +62,7 @@ def _symbols(f: BinaryIO) -> dict[str, int]:
         loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
         for table in (".dynsym", ".symtab"):
             section = elf.get_section_by_name(table)
-            if section is None:
+            if not isinstance(section, SymbolTableSection):
                 continue
             for symbol in section.iter_symbols():
                 name = symbol.name.split("@", 1)[0]
