@@ -51,6 +51,37 @@ class PtraceEngine:
         self._events_started = False
         self._pids: list[int] = []
 
+    # -- options, also settable as attributes before attach (Session engine_options) --------
+
+    @property
+    def pin_cpu(self) -> bool | int:
+        return self._options.pin_cpu
+
+    @pin_cpu.setter
+    def pin_cpu(self, value: bool | int) -> None:
+        self._set_option("pin_cpu", value)
+
+    @property
+    def emulate(self) -> bool:
+        return self._options.emulate
+
+    @emulate.setter
+    def emulate(self, value: bool) -> None:
+        self._set_option("emulate", value)
+
+    @property
+    def single_step(self) -> bool:
+        return self._options.single_step
+
+    @single_step.setter
+    def single_step(self, value: bool) -> None:
+        self._set_option("single_step", value)
+
+    def _set_option(self, name: str, value: object) -> None:
+        if self._tracer is not None:
+            raise PtraceError(f"set {name} before attach()")
+        setattr(self._options, name, value)
+
     # -- Engine protocol ---------------------------------------------------------------------
 
     def available(self) -> Availability:

@@ -22,7 +22,7 @@ from probescope.engines.ptrace.fetch import ProbeFetcher
 from probescope.engines.ptrace.tracee import ProbeSite
 from probescope.errors import PtraceError
 from probescope.events import EventType
-from probescope.spec.model import ProbeKind
+from probescope.spec.model import ProbeKind, ProbeSpec
 from probescope.spec.resolved import ResolvedProbe
 
 _go_cache: dict[tuple[int, int, int], bool] = {}
@@ -109,6 +109,9 @@ def build_sites(
                 )
                 continue
         spec = probe.spec
+        if not isinstance(spec, ProbeSpec):
+            problems.append(f"{where}: not a uprobe definition")
+            continue
         try:
             fetcher = ProbeFetcher(spec.args, is_return)
         except PtraceError as error:

@@ -99,6 +99,7 @@ class Tracer:
         self.handler_error: BaseException | None = None
         self.in_step = False
         self._siginfo = syscalls.SigInfo()
+        self._waiter: InterruptibleWait | None = None
         self._fetch = FetchContext(arch.Registers(), None)  # type: ignore[arg-type]
 
     # =========================================================================================
@@ -445,6 +446,7 @@ class Tracer:
         """Serve stops until every tracee is gone or detach; yields events as they come and
         an empty EventBatch at each idle tick (every TICK seconds without events)."""
         waiter = InterruptibleWait(syscalls.WALL | syscalls.WNOTHREAD, TICK)
+        self._waiter = waiter
         try:
             yield from self._serve(waiter)
         finally:
@@ -1118,6 +1120,8 @@ class Tracer:
                     pass
         finally:
             self.detached = True
+            if self._waiter is not None:
+                self._waiter.close()  # no more timer ticks once we are done
             for process in self.processes.values():
                 process.memory.close()
                 process.closed = True

@@ -87,6 +87,7 @@ class InterruptibleWait:
         self._status = ctypes.c_int(0)
         self._status_ref = ctypes.byref(self._status)
         self._timer = ctypes.c_void_p(0)
+        self._armed = False
         event = _SigEvent()
         event.signo = self.signal
         event.notify = _SIGEV_THREAD_ID
@@ -96,6 +97,7 @@ class InterruptibleWait:
             != 0
         ):
             raise PtraceError(f"timer_create failed: {errno.errorcode[ctypes.get_errno()]}")
+        self._armed = True
         seconds = int(period)
         nanos = int((period - seconds) * 1e9)
         spec = _ITimerSpec(_TimeSpec(seconds, nanos), _TimeSpec(seconds, nanos))
@@ -117,7 +119,8 @@ class InterruptibleWait:
         raise PtraceError(f"waitpid failed: {errno.errorcode.get(err, err)}")
 
     def close(self) -> None:
-        if self._timer.value is not None:
+        """Stop the timer (idempotent). The kernel's first timer id is 0, hence the flag."""
+        if self._armed:
             _libc.timer_delete(self._timer)
-            self._timer = ctypes.c_void_p(None)
+            self._armed = False
         self.closed = True
