@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, the QEMU guest).
-TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev qemu-system-x86 busybox-static cpio xz-utils
+# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>).
+TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils
+# The QEMU test guest (tests/vm); its tests skip with a reason when these cannot be installed.
+VM_PACKAGES := qemu-system-x86 busybox-static cpio
 # Peers the benchmarks measure probescope against.
 BENCH_PACKAGES := trace-cmd bpftrace ltrace linux-perf gdb
 
@@ -29,6 +31,7 @@ endef
 
 system-deps:
 	$(call apt_install,$(TEST_PACKAGES))
+	-$(call apt_install,$(VM_PACKAGES))
 
 bench-deps: system-deps
 	$(call apt_install,$(BENCH_PACKAGES))
@@ -38,18 +41,28 @@ test: system-deps venv
 	$(PY) -m pytest -q
 
 test-vm: system-deps venv
-	$(PY) -m pytest -q -m vm tests/vm
+	$(call apt_install,$(VM_PACKAGES))
+	PROBESCOPE_VM_REQUIRED=1 $(PY) -m pytest -q -m vm tests/vm
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 
+DEMO := demo/build/demo_loop
+DEMO_PROBES := '$(DEMO):func_1' '$(DEMO):func_2 a=arg1:s32 b=arg2:s32' \
+	'r:$(DEMO):func_2 ret=retval:s32' \
+	'$(DEMO):greet name=+0(arg1):string x=+0(arg2):s32 y=+4(arg2):s32'
+
 demo: system-deps venv
-	$(MAKE) -C demo
-	$(PY) -m probescope resolve -v demo/build/demo_loop:func_1 'r:demo/build/demo_loop:func_2 ret=$$retval:s32' 'demo/build/demo_loop:func_2 a=arg1:s32 b=arg2:s32'
+	$(MAKE) -s -C demo
+	@echo "== the kernel definitions these probes resolve to"
+	$(PY) -m probescope resolve $(DEMO_PROBES)
+	@echo "== tracing the demo program"
+	$(PY) -m probescope trace -c '$(DEMO) 5 100' $(DEMO_PROBES)
 
 bench: bench-deps venv
 	$(PY) bench/bench_symbols.py
+	$(PY) bench/bench_tracefs.py
 
 clean:
 	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

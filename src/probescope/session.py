@@ -67,6 +67,7 @@ class Summary:
     engine: str
     duration: float
     hits: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
     lost: int = 0
     stats: EngineStats | None = None
     reason: str = "end"
@@ -121,6 +122,7 @@ class Session:
         self.engine: Engine | None = None
         self.handlers: list[tuple[str | Spec, Handler]] = []
         self.hits: Counter[str] = Counter()
+        self.kinds: Counter[str] = Counter()
         self.lost = 0
         self._started = 0.0
         self._closed = False
@@ -193,7 +195,7 @@ class Session:
         assert self.engine is not None
         deadline = None if duration is None else self._started + duration
         seen = 0
-        hits = self.hits
+        hits, kinds = self.hits, self.kinds
         for item in self.engine.events():
             batch = item if isinstance(item, EventBatch) else EventBatch([item])
             self.lost += batch.lost
@@ -203,6 +205,7 @@ class Session:
                 batch = EventBatch(events, batch.lost, batch.cpu)
             for event in events:
                 hits[f"{event.type.group}/{event.type.name}"] += 1
+                kinds[event.type.kind.value] += 1
             seen += len(events)
             yield batch
             if count is not None and seen >= count:
@@ -228,6 +231,7 @@ class Session:
             engine=self.engine.name if self.engine else self.engine_name,
             duration=time.monotonic() - self._started if self._started else 0.0,
             hits=Counter(self.hits),
+            kinds=Counter(self.kinds),
             lost=lost,
             stats=stats,
             reason=reason,

@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("trace", "trace probes and print their events"),
     "resolve": ("resolve", "print the kernel definitions probe specs resolve to"),
     "symbols": ("symbols", "list function symbols of a binary with their file offsets"),
+    "list": ("list", "list tracepoints, kernel functions or USDT probes that can be traced"),
     "engines": ("engines", "say which engines can run here, and why not"),
     "cleanup": ("cleanup", "remove what dead probescope sessions left in tracefs"),
 }

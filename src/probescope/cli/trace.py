@@ -49,6 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--buffer-size", type=int, metavar="KB", help="tracefs ring buffer size per CPU"
     )
+    parser.add_argument(
+        "--filter",
+        metavar="EXPR",
+        help="kernel filter for every tracepoint given without its own `if ...`",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="allow function-tracer patterns that select every kernel function",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
 
 
@@ -60,7 +70,11 @@ def run(args: argparse.Namespace) -> int:
     command = shlex.split(args.command) if args.command else None
     options: dict[str, Any] = {}
     if args.engine in ("auto", "tracefs"):
-        options = {"clock": args.clock}
+        options = {
+            "clock": args.clock,
+            "default_filter": args.filter,
+            "allow_all_functions": args.all,
+        }
         if args.buffer_size:
             options["buffer_size_kb"] = args.buffer_size
     session = Session(
@@ -110,6 +124,10 @@ def print_summary(summary: Summary, stream: IO[str]) -> None:
     )
     if summary.hits:
         console.print(table)
+    if len(summary.kinds) > 1:
+        console.print(
+            "by source: " + ", ".join(f"{kind} {n}" for kind, n in sorted(summary.kinds.items()))
+        )
     if summary.stats:
         for note in summary.stats.notes:
             console.print(f"note: {note}")

@@ -30,7 +30,16 @@ ENGINES: tuple[EngineEntry, ...] = (
         "tracefs",
         "probescope.engines.tracefs.engine",
         "TracefsEngine",
-        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.KPROBE, ProbeKind.KRETPROBE}),
+        frozenset(
+            {
+                ProbeKind.UPROBE,
+                ProbeKind.URETPROBE,
+                ProbeKind.KPROBE,
+                ProbeKind.KRETPROBE,
+                ProbeKind.TRACEPOINT,
+                ProbeKind.FUNCTION,
+            }
+        ),
         "the kernel's uprobes and trace events through tracefs (root)",
     ),
     EngineEntry(

@@ -41,6 +41,16 @@ PROBE_TYPES: tuple[ProbeType, ...] = (
         ProbeKind.KRETPROBE, "r", "kprobe_events", ("kr", "kretprobe"), "kernel function return"
     ),
     ProbeType(ProbeKind.EPROBE, "e", "dynamic_events", (), "event probe on a trace event"),
+    ProbeType(
+        ProbeKind.TRACEPOINT,
+        "",
+        "set_event",
+        ("t", "tracepoint"),
+        "kernel tracepoint (trace event)",
+    ),
+    ProbeType(
+        ProbeKind.FUNCTION, "", "set_ftrace_filter", ("f", "function"), "kernel function tracer"
+    ),
 )
 
 BY_ALIAS: dict[str, ProbeType] = {alias: t for t in PROBE_TYPES for alias in t.aliases}

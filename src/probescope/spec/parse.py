@@ -17,11 +17,17 @@ from probescope.spec.kernel_grammar import (
 from probescope.spec.kernel_numbers import is_ascii_digit
 from probescope.spec.kinds import BY_ALIAS
 from probescope.spec.model import DeleteSpec, ProbeKind, ProbeSpec
+from probescope.spec.static_events import (
+    FunctionSpec,
+    TracepointSpec,
+    parse_function,
+    parse_tracepoint,
+)
 
 _KERNEL_HEAD = re.compile(r"^(p|r\d*|e)(:[^:]*)?$")
 _FRIENDLY_KERNEL_VARIABLE = re.compile(r"(?<![\w$%@\\])(arg\d+|retval)(?![\w])")
 
-Spec = ProbeSpec | DeleteSpec | FriendlyProbe
+Spec = ProbeSpec | DeleteSpec | FriendlyProbe | TracepointSpec | FunctionSpec
 
 
 def is_kernel_uprobe_location(word: str) -> bool:
@@ -68,6 +74,10 @@ def parse_probe(text: str, *, arch: Arch | None = None, kprobes: bool = True) ->
     probe_type = BY_ALIAS.get(first[:colon]) if colon > 0 else None
     if probe_type is not None and probe_type.kind.is_kernel:
         return _parse_friendly_kprobe(text, words, probe_type.kind, arch)
+    if probe_type is not None and probe_type.kind is ProbeKind.TRACEPOINT:
+        return parse_tracepoint(text, words, colon + 1)
+    if probe_type is not None and probe_type.kind is ProbeKind.FUNCTION:
+        return parse_function(text, words, colon + 1)
     return parse_friendly_words(text, words)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from probescope.spec.model import ProbeKind, ProbeSpec, UprobeLocation
+from probescope.spec.static_events import FunctionSpec, TracepointSpec
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class ResolvedProbe:
     container); `function_offset` is the file offset of the enclosing function's first byte.
     """
 
-    spec: ProbeSpec
+    spec: ProbeSpec | TracepointSpec | FunctionSpec
     kind: ProbeKind
     path: str | None = None
     offset: int | None = None
@@ -40,7 +41,9 @@ class ResolvedProbe:
         """`symbol+off` when known, else `path:0xoffset` — for summaries and messages."""
         if self.symbol:
             return f"{self.symbol}+{self.symbol_offset}" if self.symbol_offset else self.symbol
-        return str(self.spec.location)
+        if isinstance(self.spec, ProbeSpec):
+            return str(self.spec.location)
+        return str(self.spec)
 
     @classmethod
     def from_uprobe_spec(cls, spec: ProbeSpec) -> ResolvedProbe:

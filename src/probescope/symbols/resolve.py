@@ -17,6 +17,7 @@ from probescope.spec.friendly import FriendlyProbe, event_name_for, lower_args
 from probescope.spec.model import DeleteSpec, ProbeKind, ProbeSpec, UprobeLocation
 from probescope.spec.parse import Spec, parse_probe
 from probescope.spec.resolved import ResolvedProbe
+from probescope.spec.static_events import FunctionSpec, TracepointSpec
 from probescope.symbols.function import FunctionSymbol
 from probescope.symbols.ifunc import resolve_ifunc
 from probescope.symbols.insn import check_probe_offset
@@ -58,6 +59,8 @@ def resolve(spec: Spec, *, pid: int | None = None, arch: Arch | None = None) -> 
         )
     if isinstance(spec, FriendlyProbe):
         return _resolve_friendly(spec, pid, arch)
+    if isinstance(spec, TracepointSpec | FunctionSpec):
+        return [ResolvedProbe(spec=spec, kind=spec.kind)]
     if spec.kind.is_user:
         return [_resolve_kernel_uprobe(spec)]
     return [ResolvedProbe(spec=spec, kind=spec.kind, symbol=_kernel_symbol(spec))]
@@ -189,6 +192,9 @@ def _unique_event_names(probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
     result = []
     for probe in probes:
         spec = probe.spec
+        if not isinstance(spec, ProbeSpec):
+            result.append(probe)
+            continue
         key = (spec.group_name, spec.event_name)
         count = seen.get(key, 0)
         seen[key] = count + 1

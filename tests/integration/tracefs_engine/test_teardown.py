@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,31 @@ from support.tracefs import leftovers
 pytestmark = pytest.mark.root
 
 
+_started: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes() -> Iterator[None]:
+    """A failing test must not leave probescope (or, through PR_SET_PDEATHSIG, its command)
+    running."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
 def probescope(*args: str, **kw: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "probescope", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         **kw,  # type: ignore[arg-type]
     )
+    _started.append(proc)
+    return proc
 
 
 def owned_by(pid: int) -> list[str]:

@@ -29,12 +29,18 @@ from probescope.engines.tracefs.live_reader import LiveReader
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.reaper import find_leftovers, reap
 from probescope.engines.tracefs.ringbuffer import SubBufferLayout
+from probescope.engines.tracefs.static_plan import (
+    TracepointPlan,
+    check_functions,
+    plan_tracepoints,
+)
 from probescope.engines.tracefs.tracefs import Tracefs, lockdown_state
 from probescope.errors import EngineUnavailable, ProbescopeError, TracefsError
 from probescope.events import Event, EventBatch, EventType
 from probescope.spec.kinds import BY_KIND
-from probescope.spec.model import ProbeSpec
+from probescope.spec.model import ProbeKind, ProbeSpec
 from probescope.spec.resolved import ResolvedProbe
+from probescope.spec.static_events import FunctionSpec, TracepointSpec
 
 UNKNOWN_COMM = "<...>"
 
@@ -57,8 +63,12 @@ class TracefsEngine:
         clock: str = "mono",
         buffer_size_kb: int | None = None,
         interval: float = 0.1,
+        default_filter: str | None = None,
+        allow_all_functions: bool = False,
     ) -> None:
         self.clock = clock
+        self.default_filter = default_filter
+        self.allow_all_functions = allow_all_functions
         self.buffer_size_kb = buffer_size_kb
         self.interval = interval
         self._tracefs = tracefs
@@ -104,6 +114,19 @@ class TracefsEngine:
     def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
         tracefs = self._tracefs or Tracefs.discover()
         self._tracefs = tracefs
+        dynamic = [p for p in probes if isinstance(p.spec, ProbeSpec)]
+        tracepoints = plan_tracepoints(
+            tracefs,
+            [p.spec for p in probes if isinstance(p.spec, TracepointSpec)],
+            self.default_filter,
+        )
+        functions = list(
+            check_functions(
+                tracefs,
+                [p.spec for p in probes if isinstance(p.spec, FunctionSpec)],
+                allow_all=self.allow_all_functions,
+            )
+        )
         self._reap_dead_sessions(tracefs)
         owner = Owner.current()
         serial = self._free_serial(tracefs, owner)
@@ -116,9 +139,9 @@ class TracefsEngine:
             instance.set_option("record-tgid", True)
             if self.buffer_size_kb:
                 instance.set_buffer_size_kb(self.buffer_size_kb)
-            specs = self._session_specs(probes)
+            specs = self._session_specs(dynamic)
             self._install(tracefs, specs)
-            self._decoder = self._build_decoder(instance, specs)
+            self._decoder = self._build_decoder(instance, specs, tracepoints, bool(functions))
             pids = list(target.pids)
             if target.command:
                 self._command = GatedCommand(target.command)
@@ -126,7 +149,11 @@ class TracefsEngine:
             self._pids = tuple(pids)
             if pids:
                 instance.set_event_pids(pids, target.follow_children)
-            self._enable(instance, specs)
+            if specs:
+                self._enable(instance, specs)
+            self._enable_tracepoints(instance, tracepoints)
+            if functions:
+                self._start_function_tracer(instance, functions, pids, target.follow_children)
             self._reader = LiveReader(
                 {cpu: instance.trace_pipe_raw(cpu) for cpu in instance.cpus()},
                 instance.subbuffer_size(),
@@ -204,7 +231,13 @@ class TracefsEngine:
                 key=str,
             )
 
-    def _build_decoder(self, instance: Instance, specs: list[ProbeSpec]) -> EventDecoder:
+    def _build_decoder(
+        self,
+        instance: Instance,
+        specs: list[ProbeSpec],
+        tracepoints: list[TracepointPlan],
+        functions: bool,
+    ) -> EventDecoder:
         layout = SubBufferLayout.from_header_page(
             parse_header_page(instance.read("events/header_page")),
             sub_buffer_size=instance.subbuffer_size(),
@@ -219,7 +252,52 @@ class TracefsEngine:
                 instance.event_format(spec.group_name, spec.event_name), system=spec.group_name
             )
             decoder.add_event(event_format, probe=spec, event_type=self._types[spec.event_name])
+        for plan in tracepoints:
+            decoder.add_event(plan.format, kind=ProbeKind.TRACEPOINT, group=plan.system)
+        if functions:
+            function_format = parse_event_format(
+                instance.read("events/ftrace/function/format"), system="ftrace"
+            )
+            decoder.add_event(function_format, kind=ProbeKind.FUNCTION, group="ftrace")
         return decoder
+
+    @staticmethod
+    def _enable_tracepoints(instance: Instance, plans: list[TracepointPlan]) -> None:
+        for plan in plans:
+            if plan.filter:
+                instance.clear_error_log()
+                try:
+                    instance.set_filter(plan.system, plan.event, plan.filter)
+                except TracefsError as error:
+                    entries = instance.error_log()
+                    reason = entries[-1].message if entries else error.message
+                    raise TracefsError(
+                        f"the kernel refused the filter for {plan.system}:{plan.event}: {reason}",
+                        command=entries[-1].command if entries else plan.filter,
+                        column=entries[-1].column if entries else None,
+                    ) from None
+            instance.enable_event(plan.system, plan.event)
+
+    @staticmethod
+    def _start_function_tracer(
+        instance: Instance, functions: list[FunctionSpec], pids: list[int], follow: bool
+    ) -> None:
+        """Filter first, then switch the instance's tracer: an empty filter would trace
+        every function of the kernel for a moment."""
+        instance.write("set_ftrace_filter", functions[0].pattern)
+        for spec in functions[1:]:
+            instance.append("set_ftrace_filter", spec.pattern)
+        if pids:
+            instance.set_option("function-fork", follow)
+            instance.write("set_ftrace_pid", " ".join(str(p) for p in pids))
+        try:
+            instance.write("current_tracer", "function")
+        except TracefsError as error:
+            raise TracefsError(
+                f"the kernel refused the function tracer: {error.message}",
+                hint="this kernel forbids ftrace function tracing here",
+                path=error.path,
+            ) from None
 
     def _enable(self, instance: Instance, specs: list[ProbeSpec]) -> None:
         """Enable the whole group in one write; if the kernel refuses, find each probe it

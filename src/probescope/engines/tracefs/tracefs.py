@@ -91,7 +91,7 @@ class Tracefs:
     def list_dir(self, name: str) -> list[str]:
         try:
             return sorted(os.listdir(self.root / name))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
 
     @classmethod

@@ -1,0 +1,111 @@
+"""Kernel tracepoints through the tracefs engine, alone and in one timeline with uprobes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from probescope.errors import SpecError, SpecErrors, TracefsError
+from probescope.session import Session
+from probescope.spec.model import ProbeKind
+
+pytestmark = pytest.mark.root
+
+
+def test_exec_and_exit_of_the_command(loop: Path) -> None:
+    session = Session(
+        ["t:sched:sched_process_exec", "t:sched:sched_process_exit"],
+        engine="tracefs",
+        command=[str(loop), "2"],
+    )
+    with session:
+        events = list(session.events(duration=20))
+    by_name = {e.name: e for e in events}
+    exec_event = by_name["sched_process_exec"]
+    assert exec_event.kind is ProbeKind.TRACEPOINT
+    assert exec_event.group == "sched"
+    assert exec_event.arg("filename") == str(loop)
+    assert exec_event.arg("pid") == exec_event.pid
+    exit_event = by_name["sched_process_exit"]
+    assert exit_event.arg("pid") == exec_event.pid
+    assert exit_event.arg("comm") == "loop"
+
+
+def test_filter_and_one_timeline_with_uprobes(loop: Path) -> None:
+    specs = [
+        f"{loop}:func_1 a=arg1:s32",
+        "t:sched:sched_process_exit if prio >= 0",
+        "t:sched:sched_process_exec",
+    ]
+    session = Session(specs, engine="tracefs", command=[str(loop), "3"])
+    with session:
+        events = list(session.events(duration=20))
+    names = [e.name for e in events]
+    assert names[0] == "sched_process_exec"
+    assert names[1:4] == ["func_1"] * 3
+    assert names[-1] == "sched_process_exit"
+    stamps = [e.timestamp_ns for e in events]
+    assert stamps == sorted(stamps)
+    kinds = {e.kind for e in events}
+    assert kinds == {ProbeKind.TRACEPOINT, ProbeKind.UPROBE}
+
+
+def test_filter_rejects_everything_it_should(loop: Path) -> None:
+    session = Session(
+        ["t:sched:sched_process_exit if pid == 1"], engine="tracefs", command=[str(loop), "1"]
+    )
+    with session:
+        events = list(session.events(duration=20))
+    assert events == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("t:sched:sched_switch if prev_pidd > 0", "no field 'prev_pidd'"),
+        ("t:sched:sched_switch if prev_comm > 5", "string field"),
+        ('t:sched:sched_switch if prev_pid == "x"', "compared with a string"),
+        ("t:sched:sched_switch if prev_pid", "expected a comparison"),
+        ("t:sched:nosuch", "no tracepoint sched:nosuch"),
+        ("t:nosuch:*", "no tracepoint system"),
+    ],
+)
+def test_bad_tracepoints_and_filters_enable_nothing(spec: str, message: str) -> None:
+    instances = set(os.listdir("/sys/kernel/tracing/instances"))
+    session = Session([spec], engine="tracefs", command=["true"])
+    with pytest.raises((SpecError, SpecErrors), match=message) as info:
+        session.start()
+    session.close()
+    assert isinstance(info.value, SpecError) and info.value.column is not None
+    assert set(os.listdir("/sys/kernel/tracing/instances")) == instances
+
+
+def test_kernel_refusal_of_a_filter_shows_its_reason(loop: Path) -> None:
+    # Passes our field check, refused by the kernel's parser: a glob on a number field.
+    session = Session(
+        ["t:sched:sched_process_exit if (pid == 1"], engine="tracefs", command=[str(loop), "1"]
+    )
+    with pytest.raises(TracefsError, match="refused the filter"):
+        session.start()
+    session.close()
+
+
+def test_glob_selects_several_events() -> None:
+    session = Session(["t:sched:sched_process_*"], engine="tracefs", command=["true"])
+    with session:
+        names = {e.name for e in session.events(duration=20)}
+    assert {"sched_process_exec", "sched_process_exit"} <= names
+
+
+def test_function_tracer_refusal_says_which_file() -> None:
+    session = Session(["f:vfs_read"], engine="tracefs", command=["true"])
+    try:
+        session.start()
+    except TracefsError as error:
+        assert "available_filter_functions" in error.message or "current_tracer" in error.message
+    else:
+        pytest.skip("this kernel allows the function tracer (covered by the VM tests)")
+    finally:
+        session.close()
