@@ -15,12 +15,14 @@ the kernel recorded (see `decoder`), which a strict text stream may refuse.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
 from probescope.sinks.base import OutputFormat, is_binary_stream
+from probescope.sinks.kernel_symbols import Kallsyms
 from probescope.spec.model import STRING_TYPES, ArgType, ProbeKind
 
 TRACE_FLAG_IRQS_OFF = 0x01
@@ -39,6 +41,16 @@ COUNTER_CLOCKS = frozenset({"counter", "uptime", "x86-tsc"})
 FAULT_STRING = "(fault)"
 
 Printer = Callable[[Event], str]
+
+
+def kernel_has_lazy_resched_flag(release: str | None = None) -> bool:
+    """Linux 6.13 gave bit 1 of common_flags to NEED_RESCHED_LAZY (it was IRQS_NOSUPPORT)."""
+    numbers = (release or platform.release()).split("-", 1)[0].split(".")
+    try:
+        major, minor = int(numbers[0]), int(numbers[1])
+    except (IndexError, ValueError):
+        return True
+    return (major, minor) >= (6, 13)
 
 
 def lat_flags(
@@ -148,10 +160,12 @@ class TextSink:
         tgids: Mapping[int, int] | None = None,
         irq_info: bool = True,
         lost_lines: bool = True,
-        lazy_resched: bool = True,
+        lazy_resched: bool | None = None,
         irqflags_support: bool = True,
         binary: bool | None = None,
     ) -> None:
+        if lazy_resched is None:
+            lazy_resched = kernel_has_lazy_resched_flag()
         self.stream = stream
         self.binary = is_binary_stream(stream) if binary is None else binary
         self.lost_lines = lost_lines
@@ -352,7 +366,11 @@ def _arg_printer(arg_type: ArgType, value: str) -> tuple[str, str]:
         return "'%s'", value
     if base == "bytes":
         return "%s", f"_bytes({value})"
-    hexadecimal = base.startswith("x") or base == "symbol"
+    if base == "symbol":
+        if arg_type.count:
+            return "{%s}", f"_ksyms({value})"
+        return "%s", f"_ksym({value})"
+    hexadecimal = base.startswith("x")
     if arg_type.count:
         return "{%s}", f"{'_hexes' if hexadecimal else '_ints'}({value})"
     return ("0x%x" if hexadecimal else "%d"), value
@@ -382,7 +400,17 @@ def _bytes(value: bytes | str) -> str:
     return value if isinstance(value, str) else value.hex()
 
 
+def _ksym(value: int) -> str:
+    return Kallsyms.load().print_symbol_offset(value)
+
+
+def _ksyms(values: tuple[int, ...]) -> str:
+    return ",".join(map(_ksym, values))
+
+
 _VALUE_HELPERS: dict[str, Any] = {
+    "_ksym": _ksym,
+    "_ksyms": _ksyms,
     "_string": _string,
     "_strings": _strings,
     "_chars": _chars,
@@ -391,7 +419,49 @@ _VALUE_HELPERS: dict[str, Any] = {
     "_bytes": _bytes,
 }
 
+
+def kprobe_printer(event_type: EventType) -> Printer:
+    """`print_kprobe_event`/`print_kretprobe_event`: `NAME: (sym+0xoff/0xsize)` or
+    `NAME: (caller+0xoff/0xsize <- func)`, then the arguments as for uprobes."""
+    args = probe_printer(event_type)
+    arg_template = args.template.split(")", 1)[1]
+    arg_values = args.values[2 if event_type.kind.is_return else 1 :]
+    tail = BodyTemplate(arg_template, arg_values, args.helpers).compile(event_type.name)
+    symbols = Kallsyms.load()
+    name = event_type.name
+    if event_type.kind.is_return:
+
+        def returned(e: Event) -> str:
+            caller = symbols.print_symbol_offset(e.ret_ip or 0)
+            return f"{name}: ({caller} <- {symbols.print_symbol(e.ip)}){tail(e)}"
+
+        return returned
+
+    def entered(e: Event) -> str:
+        return f"{name}: ({symbols.print_symbol_offset(e.ip)}){tail(e)}"
+
+    return entered
+
+
+def function_printer(event_type: EventType) -> Printer:
+    """`trace_fn_trace`: `func <-parent` (no event name), symbols as `%ps`."""
+    del event_type
+    symbols = Kallsyms.load()
+
+    def line(e: Event) -> str:
+        ip, parent = e.args[0], e.args[1]
+        text = symbols.print_symbol(ip) if ip else "0"
+        if parent:
+            text += " <-" + symbols.print_symbol(parent)
+        return text
+
+    return line
+
+
 EVENT_PRINTERS: dict[ProbeKind, PrinterFactory] = {
+    ProbeKind.KPROBE: kprobe_printer,
+    ProbeKind.KRETPROBE: kprobe_printer,
+    ProbeKind.FUNCTION: function_printer,
     ProbeKind.UPROBE: probe_printer,
     ProbeKind.URETPROBE: probe_printer,
     ProbeKind.USDT: probe_printer,

@@ -8,6 +8,7 @@ import pytest
 
 from probescope.events import Event, EventBatch, EventType
 from probescope.sinks import text
+from probescope.sinks.kernel_symbols import Kallsyms
 from probescope.sinks.text import TextSink, lat_flags, lost_line
 from probescope.spec.model import ArgType, ProbeKind
 
@@ -119,6 +120,70 @@ def entry(**overrides: object) -> Event:
     return Event(**values)  # type: ignore[arg-type]
 
 
+KALLSYMS = """ffffffff81000000 T startup_64
+ffffffff81000040 T secondary_startup_64
+ffffffff81234500 T vfs_read
+ffffffff81234860 T vfs_write
+ffffffff81234a00 t ksys_read
+ffffffff81234b00 T do_sys_openat2
+ffffffff81234c00 T _etext
+ffffffffc0001000 t ext4_sync_fs	[ext4]
+ffffffffc0001100 t ext4_other	[ext4]
+"""
+
+
+@pytest.fixture(autouse=True)
+def known_kernel_symbols() -> object:
+    Kallsyms.use(Kallsyms(KALLSYMS))
+    yield
+    Kallsyms.use(None)
+
+
+def test_kernel_symbols_print_like_percent_ps() -> None:
+    table = Kallsyms(KALLSYMS)
+    assert table.print_symbol_offset(0xFFFFFFFF81234500) == "vfs_read+0x0/0x360"
+    assert table.print_symbol_offset(0xFFFFFFFF8123451B) == "vfs_read+0x1b/0x360"
+    assert table.print_symbol(0xFFFFFFFF8123451B) == "vfs_read"
+    assert table.print_symbol_offset(0xFFFFFFFFC0001004) == "ext4_sync_fs+0x4/0x100 [ext4]"
+    assert table.print_symbol(0x1000) == "0x1000"
+
+
+def test_kprobe_and_kretprobe_lines() -> None:
+    kprobe = EventType(
+        "kprobes", "open", ProbeKind.KPROBE, ("dfd",), (ArgType("s32", "s32", 4, True),)
+    )
+    event = Event(5_000_000, 1, 9, 9, "cat", kprobe, ip=0xFFFFFFFF81234B00, args=(-100,))
+    assert render(event).endswith(b"open: (do_sys_openat2+0x0/0x100) dfd=-100\n")
+    kret = EventType(
+        "kprobes", "rd", ProbeKind.KRETPROBE, ("ret",), (ArgType("s64", "s64", 8, True),)
+    )
+    event = Event(
+        5_000_000, 1, 9, 9, "cat", kret, ip=0xFFFFFFFF81234500, ret_ip=0xFFFFFFFF81234A1B, args=(3,)
+    )
+    assert render(event).endswith(b"rd: (ksys_read+0x1b/0x100 <- vfs_read) ret=3\n")
+
+
+def test_function_tracer_line() -> None:
+    function = EventType(
+        "ftrace",
+        "function",
+        ProbeKind.FUNCTION,
+        ("ip", "parent_ip"),
+        (ArgType("x64", "x64", 8, False), ArgType("x64", "x64", 8, False)),
+    )
+    event = Event(
+        5_000_000, 1, 9, 9, "cat", function, args=(0xFFFFFFFF81234500, 0xFFFFFFFF81234A1B)
+    )
+    assert render(event).endswith(b"     0.005000: vfs_read <-ksys_read\n")
+
+
+def test_flag_layout_follows_the_kernel_version() -> None:
+    assert text.kernel_has_lazy_resched_flag("6.18.44-fc-v657")
+    assert text.kernel_has_lazy_resched_flag("6.13.0")
+    assert not text.kernel_has_lazy_resched_flag("6.1.0-56-amd64")
+    assert not text.kernel_has_lazy_resched_flag("5.15.0")
+
+
 def render(event: Event, **options: object) -> bytes:
     stream = io.BytesIO()
     sink = TextSink(stream, **options)  # type: ignore[arg-type]
@@ -131,7 +196,7 @@ def test_uprobe_entry_line() -> None:
         b"      ps_capture-14796   [000] DBZff  1354.187408: types: (0x55ee2c9101f9) u=200 s=-1 "
         b"x=0xff big=18446744073709551615 c='Z' str=\"h\xc3\xa9 %s\" bad=(fault) arr={1,2,3} "
         b"harr={0x1,0xff} sarr={-1,2} carr={'a','\x00'} names={\"a\",(fault)} "
-        b"sym=0xffffffff81000000\n"
+        b"sym=startup_64+0x0/0x40\n"
     )
 
 
