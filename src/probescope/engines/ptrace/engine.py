@@ -18,8 +18,8 @@ from probescope.engines.base import Availability, EngineStats, Target
 from probescope.engines.ptrace import availability
 from probescope.engines.ptrace.handlers import HitContext
 from probescope.engines.ptrace.sites import build_sites
-from probescope.engines.ptrace.tracee import ProbeSite
-from probescope.engines.ptrace.tracer import Tracer, TracerOptions, exit_status_code
+from probescope.engines.ptrace.tracee import ProbeSite, TracerOptions
+from probescope.engines.ptrace.tracer import Tracer, exit_status_code
 from probescope.errors import EngineUnavailable, PtraceError
 from probescope.events import Event, EventBatch
 from probescope.spec.resolved import ResolvedProbe

@@ -23,6 +23,31 @@ from probescope.spec.resolved import ResolvedProbe
 Handler = Callable[[Any], None]
 
 
+@dataclass
+class TracerOptions:
+    follow_children: bool = True
+    pin_cpu: bool | int = True
+    emulate: bool = True  # False: run every instruction from its slot (testing, comparison)
+    single_step: bool = False  # True: the kernel's way, single-step every displaced insn
+
+
+@dataclass
+class Counters:
+    stops: int = 0
+    hits: int = 0
+    internal_hits: int = 0  # the dynamic linker's rendezvous and unwinder hooks
+    emulated: int = 0
+    slot_runs: int = 0
+    single_steps: int = 0
+    hijacks: int = 0
+    trampolines: int = 0
+    depth_omitted: int = 0
+    breakpoints: int = 0
+    xol_pages: int = 0
+    by_event: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
 @dataclass(eq=False)
 class ProbeSite:
     """One resolved probe with everything a hit needs, shared by all processes."""

@@ -11,28 +11,37 @@ from __future__ import annotations
 
 import os
 import signal
-import struct
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs, rendezvous, spawn, syscalls, unwinder, xol
+from probescope.engines.ptrace import (
+    procfs,
+    rendezvous,
+    restoring,
+    returns,
+    spawn,
+    stepping,
+    syscalls,
+    unwinder,
+    xol,
+)
+from probescope.engines.ptrace.breakpoints import Installer
 from probescope.engines.ptrace.fetch import FetchContext
 from probescope.engines.ptrace.handlers import HitContext
 from probescope.engines.ptrace.tracee import (
     AddressSpace,
     Breakpoint,
+    Counters,
     ProbeSite,
     ReturnInstance,
-    StepInFlight,
     Thread,
+    TracerOptions,
 )
 from probescope.engines.ptrace.waiting import InterruptibleWait
 from probescope.errors import PtraceError
 from probescope.events import Event, EventBatch
 
-MAX_URETPROBE_DEPTH = 64
 # What the kernel records in common_flags/common_preempt_count for a uprobe hit on Linux 6.18
 # (read from trace_pipe_raw on the development machine: the trace line shows "DBZff").
 UPROBE_FLAGS = 0xFF
@@ -43,33 +52,6 @@ _FAULT_SIGNALS = frozenset(
     {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP}
 )
 _ESRCH = 3
-_SCAN_INTERVAL = 1.0
-_MAX_STACK_SCAN = 8 << 20
-
-
-@dataclass
-class TracerOptions:
-    follow_children: bool = True
-    pin_cpu: bool | int = True
-    emulate: bool = True  # False: run every instruction from its slot (testing, comparison)
-    single_step: bool = False  # True: the kernel's way, single-step every displaced insn
-
-
-@dataclass
-class Counters:
-    stops: int = 0
-    hits: int = 0
-    internal_hits: int = 0  # the dynamic linker's rendezvous and unwinder hooks
-    emulated: int = 0
-    slot_runs: int = 0
-    single_steps: int = 0
-    hijacks: int = 0
-    trampolines: int = 0
-    depth_omitted: int = 0
-    breakpoints: int = 0
-    xol_pages: int = 0
-    by_event: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
 
 
 class Tracer:
@@ -78,16 +60,13 @@ class Tracer:
     def __init__(self, sites: Sequence[ProbeSite], options: TracerOptions) -> None:
         self.sites = list(sites)
         self.options = options
-        self.sites_by_file: dict[tuple[int, int, int], list[ProbeSite]] = {}
-        for site in self.sites:
-            self.sites_by_file.setdefault(site.file_key, []).append(site)
-        self.has_return_sites = any(s.is_return for s in self.sites)
         self.threads: dict[int, Thread] = {}
         self.processes: dict[int, AddressSpace] = {}
         self.orphan_stops: dict[int, int] = {}
         self.unfollowed: set[int] = set()  # fork children to restore and let go
         self.injector = xol.SyscallInjector()
         self.counters = Counters()
+        self.installer = Installer(self.sites, options, self.counters, self.injector)
         self.out: list[Event] = []
         self.root_pid: int | None = None
         self.root_status: int | None = None
@@ -137,7 +116,7 @@ class Tracer:
             self._resume(thread, 0 if sig == signal.SIGTRAP else sig)
         child.exec_error()
         thread.forget_comm()
-        self._prepare_process(thread, at_exec=True)
+        self.installer.prepare(thread, at_exec=True)
         self._resume(thread)
         return child.pid
 
@@ -185,7 +164,7 @@ class Tracer:
         self._pin_tracer(pid)
         for thread in live:
             self._pin_thread(thread, None)
-        self._prepare_process(live[0], at_exec=False)
+        self.installer.prepare(live[0], at_exec=False)
         for thread in live:
             self._resume(thread)
 
@@ -218,226 +197,6 @@ class Tracer:
                 thread.group_stop = sig in _STOP_SIGNALS
             elif event == 0:
                 thread.pending_signal = sig
-
-    # =========================================================================================
-    # Breakpoints in one address space
-
-    def _prepare_process(self, thread: Thread, *, at_exec: bool) -> None:
-        process = thread.process
-        mappings = process.mappings()
-        process.last_scan = time.monotonic()
-        if self.has_return_sites:
-            process.return_refusal = self._return_refusal(thread)
-        self._apply(thread, mappings, strict=True)
-        self._install_rendezvous(thread, mappings)
-
-    def _return_refusal(self, thread: Thread) -> str | None:
-        if procfs.shadow_stack_enabled(thread.tid):
-            return (
-                f"return probes disabled in process {thread.tgid}: x86 user shadow stack "
-                "(CET shstk) is enabled and a hijacked return address would fault"
-            )
-        return None
-
-    def _apply(
-        self, thread: Thread, mappings: list[procfs.Mapping], *, strict: bool = False
-    ) -> None:
-        """Insert every probe whose file is mapped and not yet probed; forget breakpoints whose
-        mapping went away (dlclose)."""
-        process = thread.process
-        wanted: list[tuple[procfs.Mapping, int, list[ProbeSite]]] = []
-        live: set[int] = set()
-        for mapping in mappings:
-            if not mapping.executable or not mapping.inode:
-                continue
-            sites = self.sites_by_file.get(mapping.file_key)
-            if not sites:
-                continue
-            by_offset: dict[int, list[ProbeSite]] = {}
-            for site in sites:
-                if mapping.contains_offset(site.offset):
-                    by_offset.setdefault(site.offset, []).append(site)
-            for offset, group in by_offset.items():
-                address = mapping.address_of(offset)
-                live.add(address)
-                existing = process.breakpoints.get(address)
-                if existing is not None and existing.file_offset == offset:
-                    continue
-                wanted.append((mapping, offset, group))
-        for address, bp in list(process.breakpoints.items()):
-            if bp.internal is None and address not in live:
-                del process.breakpoints[address]
-        if self.has_return_sites:
-            self._hook_unwinders(thread, mappings)
-        if not wanted:
-            return
-        if self.has_return_sites and process.trampoline is None:
-            self._make_trampoline(thread, wanted[0][0])
-        by_mapping: dict[int, list[tuple[procfs.Mapping, int, list[ProbeSite]]]] = {}
-        for item in wanted:
-            by_mapping.setdefault(item[0].start, []).append(item)
-        for items in by_mapping.values():
-            for mapping, offset, group in items:
-                try:
-                    self._insert(
-                        thread, mapping, mapping.address_of(offset), offset, group, len(items)
-                    )
-                except PtraceError as error:
-                    if strict:
-                        raise
-                    self.counters.notes.append(error.message)
-
-    def _insert(
-        self,
-        thread: Thread,
-        mapping: procfs.Mapping,
-        address: int,
-        offset: int,
-        sites: list[ProbeSite] | None,
-        batch: int = 1,
-        internal: str | None = None,
-    ) -> Breakpoint:
-        process = thread.process
-        code = process.memory.read(address, arch.MAX_INSTRUCTION + 1)
-        if not code:
-            raise PtraceError(f"cannot read the instruction at 0x{address:x} in {thread.tgid}")
-        instruction = arch.analyze(code, address)
-        bp = Breakpoint(
-            address=address,
-            file_offset=offset,
-            instruction=instruction,
-            internal=internal,
-            mapping_start=mapping.start,
-            mapping_key=mapping.file_key,
-        )
-        for site in sites or []:
-            (bp.return_sites if site.is_return else bp.entry_sites).append(site)
-        slot = self._slot(thread, address, batch)
-        code_in_slot = None if self.options.single_step else instruction.slot_code(slot)
-        if code_in_slot is None:
-            bp.single_step = True
-            bp.step_plan = instruction.step_plan()
-            bp.step_slot = slot
-            code_in_slot = bp.step_plan.code
-        else:
-            bp.slot = slot
-        process.memory.write_code(slot, code_in_slot, thread.tid)
-        process.breakpoints[address] = bp
-        process.memory.write_code(address, arch.BREAKPOINT, thread.tid)
-        bp.inserted = True
-        self.counters.breakpoints += 1
-        return bp
-
-    def _hook_unwinders(self, thread: Thread, mappings: list[procfs.Mapping]) -> None:
-        """Breakpoints where exception unwinding starts and where it is caught (unwinder.py)."""
-        process = thread.process
-        main = unwinder.executable_path(thread.tgid)
-        try:
-            main_key = procfs.file_key(f"/proc/{thread.tgid}/exe") if main else None
-        except OSError:
-            main_key = None
-        for mapping in mappings:
-            key = mapping.file_key
-            if not mapping.executable or not mapping.inode or key in process.unwinder_checked:
-                continue
-            if not unwinder.worth_checking(mapping.path, key == main_key):
-                continue
-            process.unwinder_checked.add(key)
-            paths = [
-                mapping.path,
-                f"/proc/{thread.tgid}/root{mapping.path}",
-                f"/proc/{thread.tgid}/map_files/{mapping.start:x}-{mapping.end:x}",
-            ]
-            for kind, offset in unwinder.hooks_in(paths, key):
-                holder = next(
-                    (
-                        m
-                        for m in mappings
-                        if m.file_key == key and m.executable and m.contains_offset(offset)
-                    ),
-                    None,
-                )
-                if holder is None:
-                    continue
-                address = holder.address_of(offset)
-                existing = process.breakpoints.get(address)
-                if existing is not None:
-                    existing.internal = kind
-                    continue
-                try:
-                    self._insert(thread, holder, address, offset, None, internal=kind)
-                except PtraceError as error:
-                    self.counters.notes.append(
-                        f"C++ exceptions through return probes unsupported: {error.message}"
-                    )
-
-    def _slot(self, thread: Thread, near: int, batch: int = 1) -> int:
-        process = thread.process
-        slot = xol.take_slot(process, near)
-        if slot is not None:
-            return slot
-        size = max(
-            arch.PAGE_SIZE,
-            (batch + 2) * arch.SLOT_SIZE + arch.PAGE_SIZE - 1 & ~(arch.PAGE_SIZE - 1),
-        )
-        start, in_reach = xol.allocate_area(self.injector, thread, near, near + 1, size)
-        self.counters.xol_pages += size // arch.PAGE_SIZE
-        xol.add_area(process, start, size)
-        slot = xol.take_slot(process, near if in_reach else None)
-        if slot is None:
-            raise PtraceError(f"no XOL slot available in process {thread.tgid}")
-        return slot
-
-    def _make_trampoline(self, thread: Thread, mapping: procfs.Mapping) -> None:
-        process = thread.process
-        slot = xol.take_slot(process, None)
-        if slot is None:
-            slot = self._slot(thread, mapping.start, 8)
-        process.memory.write_code(slot, arch.BREAKPOINT * arch.SLOT_SIZE, thread.tid)
-        process.trampoline = slot
-
-    def _install_rendezvous(self, thread: Thread, mappings: list[procfs.Mapping]) -> None:
-        process = thread.process
-        try:
-            auxv = procfs.read_auxv(thread.tgid)
-        except OSError:
-            return
-        found = rendezvous.from_dt_debug(thread.tgid, process.memory, auxv)
-        if found is None:
-            found = rendezvous.from_interpreter(thread.tgid, auxv, mappings)
-        if found is None:
-            return
-        mapping = next((m for m in mappings if m.start <= found.r_brk < m.end), None)
-        if mapping is None:
-            return
-        if found.r_brk not in process.breakpoints:
-            try:
-                self._insert(
-                    thread,
-                    mapping,
-                    found.r_brk,
-                    found.r_brk - mapping.start + mapping.offset,
-                    None,
-                    internal="rendezvous",
-                )
-            except PtraceError as error:
-                self.counters.notes.append(f"dlopen tracking off: {error.message}")
-                return
-        else:
-            process.breakpoints[found.r_brk].internal = "rendezvous"
-        found.changed(process.memory)
-        process.rendezvous = found
-
-    def _rescan(self, thread: Thread) -> None:
-        process = thread.process
-        process.last_scan = time.monotonic()
-        try:
-            mappings = process.mappings()
-        except OSError:
-            return
-        self._apply(thread, mappings)
-        if process.rendezvous is None:
-            self._install_rendezvous(thread, mappings)
 
     # =========================================================================================
     # The loop
@@ -539,7 +298,7 @@ class Tracer:
     def _hit(self, thread: Thread, bp: Breakpoint) -> None:
         regs = thread.regs
         address = bp.address
-        regs.rip = address
+        regs.rip = address  # what handlers and %ip see, as in the kernel's handle_swbp
         now = time.monotonic_ns()
         counters = self.counters
         if bp.internal is not None:
@@ -551,31 +310,41 @@ class Tracer:
             if bp.entry_sites:
                 self._emit_entries(thread, bp, now)
             if bp.return_sites and regs.rip == address and thread.process.return_refusal is None:
-                self._hijack(thread, bp, now)
-        if regs.rip == address:
+                done = returns.hijack(thread, bp, now)
+                if done:
+                    counters.hijacks += 1
+                elif done is None:
+                    counters.depth_omitted += 1
+        if regs.rip == address:  # a handler may have sent the thread elsewhere: then skip it
             emulation = bp.instruction.emulation
-            if bp.single_step:
-                if (
-                    emulation is not None
-                    and self.options.emulate
-                    and emulation.apply(regs, thread.process.memory)
-                ):
-                    counters.emulated += 1
-                else:
-                    self._start_step(thread, bp)
-                    return
-            elif (
+            if (
                 emulation is not None
                 and self.options.emulate
                 and emulation.apply(regs, thread.process.memory)
             ):
                 counters.emulated += 1
+            elif bp.single_step:
+                stepping.prepare(thread, bp)
+                thread.regset.store(thread.tid)
+                thread.stop_status = 0
+                counters.single_steps += 1
+                syscalls.singlestep(thread.tid)
+                thread.running = True
+                return
             else:
                 regs.rip = bp.slot
                 counters.slot_runs += 1
         thread.regset.store(thread.tid)
         thread.stop_status = 0
         self._resume(thread)
+
+    def _internal_hit(self, thread: Thread, bp: Breakpoint) -> None:
+        if bp.internal == "rendezvous":
+            self.installer.rendezvous_hit(thread)
+        elif bp.internal == unwinder.EXPOSE:
+            returns.expose(thread)
+        elif bp.internal == unwinder.CATCH:
+            returns.rehijack(thread)
 
     def _emit_entries(self, thread: Thread, bp: Breakpoint, now: int) -> None:
         ctx = self._fetch
@@ -590,20 +359,9 @@ class Tracer:
             args = site.fetcher.evaluate(ctx)
             by_event[site.key] = by_event.get(site.key, 0) + 1
             self.out.append(
-                Event(
-                    now,
-                    cpu,
-                    thread.tgid,
-                    thread.tid,
-                    comm,
-                    site.event_type,
-                    bp.address,
-                    None,
-                    args,
-                    UPROBE_FLAGS,
-                    UPROBE_PREEMPT_COUNT,
-                )
-            )
+                Event(now, cpu, thread.tgid, thread.tid, comm, site.event_type, bp.address,
+                      None, args, UPROBE_FLAGS, UPROBE_PREEMPT_COUNT)
+            )  # fmt: skip
             if site.handlers:
                 self._call_handlers(site, HitContext(thread, site, bp, now, args))
 
@@ -620,62 +378,20 @@ class Tracer:
 
     # -- return probes -----------------------------------------------------------------------
 
-    def _hijack(self, thread: Thread, bp: Breakpoint, now: int) -> None:
-        process = thread.process
-        trampoline = process.trampoline
-        if trampoline is None:
-            return
-        sp = int(thread.regs.rsp)
-        original = process.memory.read_word(sp)
-        if original is None:
-            return
-        chained = original == trampoline
-        shadow = thread.shadow
-        if chained:
-            while shadow and not sp <= shadow[-1].stack:
-                shadow.pop()
-        else:
-            while shadow and not sp < shadow[-1].stack:
-                shadow.pop()
-        if len(shadow) >= MAX_URETPROBE_DEPTH:
-            self.counters.depth_omitted += 1
-            return
-        if chained:
-            if not shadow:
-                return
-            original = shadow[-1].original
-        shadow.append(ReturnInstance(sp, original, bp, chained, now))
-        if not chained and not process.memory.write_data(sp, struct.pack("<Q", trampoline)):
-            shadow.pop()
-            return
-        self.counters.hijacks += 1
-
     def _trampoline(self, thread: Thread) -> None:
-        regs = thread.regs
-        shadow = thread.shadow
         self.counters.trampolines += 1
-        if not shadow:
+        if not thread.shadow:
             self.counters.notes.append(
                 f"thread {thread.tid} returned through the trampoline with no return recorded"
             )
             self._resume(thread, signal.SIGSEGV)
             return
-        sp = int(regs.rsp)
         now = time.monotonic_ns()
-        while shadow:
-            chain_start = len(shadow) - 1
-            while chain_start > 0 and shadow[chain_start].chained:
-                chain_start -= 1
-            next_index = chain_start - 1
-            valid = next_index < 0 or sp <= shadow[next_index].stack
-            chain = shadow[chain_start:][::-1]
-            del shadow[chain_start:]
-            regs.rip = chain[0].original
-            if valid:
-                for instance in chain:
-                    if not thread.silent:
-                        self._emit_return(thread, instance, now)
-                break
+        original, instances = returns.returned(thread)
+        thread.regs.rip = original  # %ip of a return probe is the caller's return address
+        if not thread.silent:
+            for instance in instances:
+                self._emit_return(thread, instance, now)
         thread.regset.store(thread.tid)
         thread.stop_status = 0
         self._resume(thread)
@@ -694,77 +410,20 @@ class Tracer:
             args = site.fetcher.evaluate(ctx)
             by_event[site.key] = by_event.get(site.key, 0) + 1
             self.out.append(
-                Event(
-                    now,
-                    cpu,
-                    thread.tgid,
-                    thread.tid,
-                    comm,
-                    site.event_type,
-                    bp.address,
-                    instance.original,
-                    args,
-                    UPROBE_FLAGS,
-                    UPROBE_PREEMPT_COUNT,
-                )
-            )
+                Event(now, cpu, thread.tgid, thread.tid, comm, site.event_type, bp.address,
+                      instance.original, args, UPROBE_FLAGS, UPROBE_PREEMPT_COUNT)
+            )  # fmt: skip
             if site.handlers:
                 self._call_handlers(site, HitContext(thread, site, bp, now, args, instance))
-
-    # -- the single-step fallback ------------------------------------------------------------
-
-    def _start_step(self, thread: Thread, bp: Breakpoint) -> None:
-        plan = bp.step_plan
-        assert plan is not None and bp.step_slot is not None
-        regs = thread.regs
-        saved = None
-        if plan.scratch is not None:
-            saved = int(getattr(regs, plan.scratch))
-            setattr(regs, plan.scratch, bp.instruction.next_ip)
-        regs.rip = bp.step_slot
-        thread.step = StepInFlight(bp, bp.step_slot, saved)
-        thread.regset.store(thread.tid)
-        thread.stop_status = 0
-        self.counters.single_steps += 1
-        syscalls.singlestep(thread.tid)
-        thread.running = True
 
     def _finish_step(self, thread: Thread) -> None:
         step = thread.step
         assert step is not None
         thread.step = None
-        self._step_fixups(thread, step)
+        stepping.fix_up(thread, step)
         thread.regset.store(thread.tid)
         signal_to_deliver, thread.pending_signal = thread.pending_signal, 0
         self._resume(thread, signal_to_deliver)
-
-    def _step_fixups(self, thread: Thread, step: StepInFlight) -> None:
-        regs = thread.regs
-        bp = step.breakpoint
-        plan = bp.step_plan
-        assert plan is not None
-        correction = bp.address - step.slot
-        if plan.scratch is not None and step.saved_scratch is not None:
-            setattr(regs, plan.scratch, step.saved_scratch)
-        if plan.fixups & arch.FIX_IP:
-            regs.rip = (int(regs.rip) + correction) & arch.U64
-        if plan.fixups & arch.FIX_CALL:
-            sp = int(regs.rsp)
-            pushed = thread.process.memory.read_word(sp)
-            if pushed is not None:
-                thread.process.memory.write_data(
-                    sp, struct.pack("<Q", (pushed + correction) & arch.U64)
-                )
-
-    def _abort_step(self, thread: Thread) -> None:
-        """The stepped copy did not run (a fault in it, or detach): back to the probe site."""
-        step = thread.step
-        assert step is not None
-        thread.step = None
-        plan = step.breakpoint.step_plan
-        if plan is not None and plan.scratch is not None and step.saved_scratch is not None:
-            setattr(thread.regs, plan.scratch, step.saved_scratch)
-        thread.regs.rip = step.breakpoint.address
 
     # -- other stops -------------------------------------------------------------------------
 
@@ -793,7 +452,7 @@ class Tracer:
             syscalls.PTRACE_EVENT_CLONE,
         ):
             self._on_new_child(thread, event)
-            self._maybe_rescan(thread)
+            self.installer.maybe_rescan(thread)
             self._resume(thread)
         elif event == syscalls.PTRACE_EVENT_EXEC:
             self._on_exec(thread)
@@ -809,7 +468,7 @@ class Tracer:
             thread.regset.fetch(tid)
             info = syscalls.get_siginfo(tid, self._siginfo)
             if sig in _FAULT_SIGNALS and info.code > 0 and thread.regs.rip == thread.step.slot:
-                self._abort_step(thread)
+                stepping.abort(thread)
                 thread.regset.store(tid)
                 self._resume(thread, sig)
             else:
@@ -829,61 +488,6 @@ class Tracer:
                     thread.regs.rip = owner.address
                     thread.regset.store(tid)
         self._resume(thread, sig)
-
-    def _maybe_rescan(self, thread: Thread) -> None:
-        process = thread.process
-        if process.rendezvous is None and time.monotonic() - process.last_scan > _SCAN_INTERVAL:
-            self._rescan(thread)
-
-    def _internal_hit(self, thread: Thread, bp: Breakpoint) -> None:
-        if bp.internal == "rendezvous":
-            self._rendezvous_hit(thread)
-        elif bp.internal == unwinder.EXPOSE:
-            self._expose_returns(thread)
-        elif bp.internal == unwinder.CATCH:
-            self._rehijack_returns(thread)
-
-    def _expose_returns(self, thread: Thread) -> None:
-        """An exception starts unwinding: let the unwinder see real return addresses."""
-        process = thread.process
-        for instance in thread.shadow:
-            if instance.exposed:
-                continue
-            instance.exposed = True
-            if (
-                not instance.chained
-                and process.memory.read_word(instance.stack) == process.trampoline
-            ):
-                process.memory.write_data(instance.stack, struct.pack("<Q", instance.original))
-
-    def _rehijack_returns(self, thread: Thread) -> None:
-        """An exception was caught: frames below sp are gone, the others get their hijack back."""
-        process = thread.process
-        sp = int(thread.regs.rsp)
-        shadow = thread.shadow
-        while shadow and not sp < shadow[-1].stack:
-            shadow.pop()
-        trampoline = process.trampoline
-        for instance in shadow:
-            if not instance.exposed or trampoline is None:
-                continue
-            instance.exposed = False
-            if (
-                not instance.chained
-                and process.memory.read_word(instance.stack) == instance.original
-            ):
-                process.memory.write_data(instance.stack, struct.pack("<Q", trampoline))
-
-    def _rendezvous_hit(self, thread: Thread) -> None:
-        process = thread.process
-        found = process.rendezvous
-        if found is None:
-            return
-        state = found.state(process.memory)
-        if state not in (None, rendezvous.RT_CONSISTENT):
-            return
-        if state is None or found.changed(process.memory):
-            self._rescan(thread)
 
     # -- threads and processes coming and going ----------------------------------------------
 
@@ -941,7 +545,7 @@ class Tracer:
     def _release_copy(self, thread: Thread) -> None:
         """A fork child we do not follow: put its copy of the text and stack back, let go."""
         process = thread.process
-        self._restore_returns(thread)
+        returns.restore(thread)
         for bp in process.breakpoints.values():
             try:
                 process.memory.write_code(bp.address, bp.instruction.raw[:1], thread.tid)
@@ -990,7 +594,7 @@ class Tracer:
                 pass
             self._forget_thread(thread)
             return
-        self._prepare_process(thread, at_exec=True)
+        self.installer.prepare(thread, at_exec=True)
         self._resume(thread)
 
     def _on_exit(self, thread: Thread, status: int) -> None:
@@ -1104,14 +708,18 @@ class Tracer:
         try:
             self._stop_all()
             for thread in list(self.threads.values()):
-                self._settle(thread)
+                restoring.settle(thread)
             done: set[int] = set()
             for thread in list(self.threads.values()):
                 process = thread.process
                 if id(process) in done or process.closed:
                     continue
                 done.add(id(process))
-                self._restore_process(process, thread)
+                sharing = [t for t in self.threads.values() if t.process is process]
+                for other in sharing:
+                    returns.restore(other)
+                restoring.restore_text(process, thread, self.counters.notes)
+                restoring.release_xol(process, sharing, thread, self.injector)
             for thread in list(self.threads.values()):
                 self._restore_affinity(thread)
                 try:
@@ -1157,7 +765,7 @@ class Tracer:
                     thread.regset.fetch(thread.tid)
                     step = thread.step
                     thread.step = None
-                    self._step_fixups(thread, step)
+                    stepping.fix_up(thread, step)
                     thread.regset.store(thread.tid)
                 elif sig == signal.SIGTRAP:
                     self._settle_trap(thread)
@@ -1216,159 +824,10 @@ class Tracer:
             thread.regset.store(thread.tid)
             return
         if address == process.trampoline and thread.shadow:
-            self._unwind_trampoline(thread)
+            regs.rip = returns.returned(thread)[0]
             thread.regset.store(thread.tid)
             return
         thread.pending_signal = signal.SIGTRAP
-
-    def _unwind_trampoline(self, thread: Thread) -> None:
-        sp = int(thread.regs.rsp)
-        shadow = thread.shadow
-        while shadow:
-            chain_start = len(shadow) - 1
-            while chain_start > 0 and shadow[chain_start].chained:
-                chain_start -= 1
-            next_index = chain_start - 1
-            valid = next_index < 0 or sp <= shadow[next_index].stack
-            thread.regs.rip = shadow[chain_start].original
-            del shadow[chain_start:]
-            if valid:
-                break
-
-    def _settle(self, thread: Thread) -> None:
-        """Make a stopped thread's registers independent of our breakpoints and XOL pages."""
-        tid = thread.tid
-        try:
-            if thread.injection_regs is not None:
-                thread.regs.assign(thread.injection_regs)
-                thread.injection_regs = None
-                thread.regset.store(tid)
-            thread.regset.fetch(tid)
-        except PtraceError:
-            return
-        regs = thread.regs
-        process = thread.process
-        changed = False
-        if thread.step is not None:
-            self._abort_step(thread)
-            changed = True
-        address = int(regs.rip) - arch.TRAP_IP_ADVANCE
-        bp = process.breakpoints.get(address)
-        unserved = syscalls.stopped(thread.stop_status) and (
-            thread.stop_status >> 8 == signal.SIGTRAP
-        )
-        if bp is not None and unserved:
-            # Stopped on our int3 but not yet served (detach from a signal handler).
-            regs.rip = address
-            changed = True
-        elif unserved and address == process.trampoline and thread.shadow:
-            self._unwind_trampoline(thread)
-            changed = True
-        rip = int(regs.rip)
-        if process.in_xol(rip):
-            resolved = self._out_of_slot(process, rip)
-            if resolved is not None:
-                regs.rip = resolved
-                changed = True
-        if changed:
-            thread.regset.store(tid)
-
-    def _out_of_slot(self, process: AddressSpace, rip: int) -> int | None:
-        """Where a thread whose ip is inside a slot would go, following our own jumps."""
-        owner = process.slot_owner(rip)
-        if owner is not None:
-            return owner.address  # at the copy: run the original instead
-        for _ in range(4):
-            code = process.memory.read(rip, 16)
-            if code[:2] == b"\xff\x25" and code[2:6] == b"\0\0\0\0":
-                return int(struct.unpack_from("<Q", code, 6)[0])
-            if code[:1] == b"\xe9":
-                rip = rip + 5 + struct.unpack_from("<i", code, 1)[0]
-            elif code[:2] == b"\xeb\x08":
-                rip = rip + 10
-            else:
-                return None
-            if not process.in_xol(rip):
-                return rip
-        return None
-
-    def _restore_returns(self, thread: Thread) -> None:
-        process = thread.process
-        trampoline = process.trampoline
-        for instance in thread.shadow:
-            if instance.chained or instance.exposed:
-                continue
-            if process.memory.read_word(instance.stack) == trampoline:
-                process.memory.write_data(instance.stack, struct.pack("<Q", instance.original))
-        thread.shadow.clear()
-
-    def _restore_process(self, process: AddressSpace, stopped: Thread) -> None:
-        threads = [t for t in self.threads.values() if t.process is process]
-        for thread in threads:
-            self._restore_returns(thread)
-        try:
-            mappings = process.mappings()
-        except OSError:
-            mappings = []
-        for bp in process.breakpoints.values():
-            if not _still_mapped(bp, mappings):
-                continue
-            current = process.memory.read(bp.address, 1)
-            if current == arch.BREAKPOINT:
-                try:
-                    process.memory.write_code(bp.address, bp.instruction.raw[:1], stopped.tid)
-                except PtraceError as error:
-                    self.counters.notes.append(error.message)
-        self._release_xol(process, threads, stopped)
-
-    def _release_xol(self, process: AddressSpace, threads: list[Thread], stopped: Thread) -> None:
-        """munmap our pages unless something still points into them (a stacked return
-        address, a signal frame): then they stay, harmless."""
-        if not process.xol_areas:
-            return
-        for thread in threads:
-            if process.in_xol(int(thread.regs.rip)):
-                return
-            if self._stack_refers_to_xol(process, thread):
-                return
-        if stopped.process is not process:
-            return
-        for start, size in process.xol_areas:
-            try:
-                self.injector.run(stopped, arch.SYS_MUNMAP, start, size)
-            except PtraceError:
-                return
-        process.xol_areas.clear()
-
-    def _stack_refers_to_xol(self, process: AddressSpace, thread: Thread) -> bool:
-        # Live return addresses and signal frames are at or above sp; the red zone below it
-        # only holds dead copies (a returned-from trampoline slot, for instance).
-        sp = int(thread.regs.rsp)
-        try:
-            mapping = next((m for m in process.mappings() if m.start <= sp < m.end), None)
-        except OSError:
-            return True
-        if mapping is None:
-            return True
-        end = min(mapping.end, sp + _MAX_STACK_SCAN)
-        cursor = max(sp & ~7, mapping.start)
-        while cursor < end:
-            data = process.memory.read(cursor, min(65536, end - cursor))
-            if not data:
-                return True
-            for (word,) in struct.iter_unpack("<Q", data[: len(data) & ~7]):
-                if process.in_xol(word):
-                    return True
-            cursor += len(data)
-        return False
-
-
-def _still_mapped(bp: Breakpoint, mappings: list[procfs.Mapping]) -> bool:
-    """Whether bp's address still shows the same file offset of the same file."""
-    for m in mappings:
-        if m.start <= bp.address < m.end:
-            return m.file_key == bp.mapping_key and m.address_of(bp.file_offset) == bp.address
-    return False
 
 
 def exit_status_code(status: int | None) -> int | None:
