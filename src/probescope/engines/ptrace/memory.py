@@ -18,6 +18,7 @@ from probescope.errors import PtraceError
 
 MAX_STRING_SIZE = 4096  # the kernel's MAX_STRING_SIZE (PATH_MAX)
 _PAGE = 4096
+_FIRST_CHUNK = 256
 
 
 class TraceeMemory:
@@ -67,8 +68,12 @@ class TraceeMemory:
         is still read, as strncpy_from_user does."""
         out = bytearray()
         cursor = address
+        first = True
         while len(out) < limit:
             chunk = min(limit - len(out), _PAGE - (cursor % _PAGE))
+            if first:
+                chunk = min(chunk, _FIRST_CHUNK)  # most strings are short: copy little first
+                first = False
             data = self._reader.read(self.pid, cursor, chunk)
             end = data.find(b"\0")
             if end >= 0:

@@ -83,6 +83,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _ptrace = _libc.ptrace
 _ptrace.restype = ctypes.c_long
 _ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+# The same function without argument conversion, for the per-hit calls (half the ctypes cost).
+# request and pid are ints in ptrace(2); addr and data go as prepared pointer-sized objects
+# (or None), never as Python ints, which ctypes would pass as 32-bit ints.
+_ptrace_raw = ctypes.CFUNCTYPE(ctypes.c_long, use_errno=True)(("ptrace", _libc))
+_NT_PRSTATUS_ARG = ctypes.c_void_p(1)
 
 _process_vm_readv = _libc.process_vm_readv
 _process_vm_readv.restype = ctypes.c_ssize_t
@@ -199,23 +204,30 @@ def poke_word(tid: int, address: int, word: int) -> None:
 class RegisterSet:
     """One NT_PRSTATUS register buffer with its iovec prepared for GETREGSET/SETREGSET."""
 
-    __slots__ = ("_iov_address", "_size", "iov", "regs")
+    __slots__ = ("_iov_arg", "_size", "iov", "regs")
 
     def __init__(self, regs: ctypes.Structure) -> None:
         self.regs = regs
         self._size = ctypes.sizeof(regs)
         self.iov = IoVec(ctypes.addressof(regs), self._size)
-        self._iov_address = ctypes.addressof(self.iov)
+        self._iov_arg = ctypes.c_void_p(ctypes.addressof(self.iov))
 
     def fetch(self, tid: int) -> None:
         self.iov.len = self._size
-        if _ptrace(PTRACE_GETREGSET, tid, NT_PRSTATUS, self._iov_address) == -1:
+        if _ptrace_raw(PTRACE_GETREGSET, tid, _NT_PRSTATUS_ARG, self._iov_arg) == -1:
             raise _fail(PTRACE_GETREGSET, tid)
 
     def store(self, tid: int) -> None:
         self.iov.len = self._size
-        if _ptrace(PTRACE_SETREGSET, tid, NT_PRSTATUS, self._iov_address) == -1:
+        if _ptrace_raw(PTRACE_SETREGSET, tid, _NT_PRSTATUS_ARG, self._iov_arg) == -1:
             raise _fail(PTRACE_SETREGSET, tid)
+
+
+def cont_quietly(tid: int) -> int:
+    """PTRACE_CONT without a signal, the per-hit resume; returns 0, or the errno."""
+    if _ptrace_raw(PTRACE_CONT, tid, None, None) == -1:
+        return ctypes.get_errno()
+    return 0
 
 
 class RemoteReader:

@@ -639,6 +639,14 @@ class Tracer:
             return
         if thread.pending_signal and not sig:
             sig, thread.pending_signal = thread.pending_signal, 0
+        if not sig and not thread.group_stop:
+            err = syscalls.cont_quietly(thread.tid)
+            if err and err != _ESRCH:
+                raise PtraceError(
+                    f"PTRACE_CONT on thread {thread.tid} failed: {syscalls.error_text(err)}"
+                )
+            thread.running = True  # (ESRCH: killed meanwhile, its exit report will follow)
+            return
         try:
             if thread.group_stop:
                 syscalls.listen(thread.tid)
