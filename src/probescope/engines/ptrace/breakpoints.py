@@ -106,6 +106,8 @@ class Installer:
                     if strict:
                         raise
                     self.counters.notes.append(error.message)
+                    continue
+                self.count_semaphore(thread, mappings, mapping.file_key, group)
 
     def insert(
         self,
@@ -147,6 +149,36 @@ class Installer:
         bp.inserted = True
         self.counters.breakpoints += 1
         return bp
+
+    def count_semaphore(
+        self,
+        thread: Thread,
+        mappings: list[procfs.Mapping],
+        key: tuple[int, int, int],
+        sites: list[ProbeSite],
+    ) -> None:
+        """Add 1 to the USDT semaphore of a probe site (once per site and process, like the
+        kernel's update_ref_ctr), in the file's private writable mapping."""
+        ref = next((s.probe.ref_ctr_offset for s in sites if s.probe.ref_ctr_offset), None)
+        if ref is None:
+            return
+        data = next(
+            (
+                m
+                for m in mappings
+                if m.file_key == key and m.writable and m.private and m.contains_offset(ref)
+            ),
+            None,
+        )
+        if data is None:
+            self.counters.notes.append(
+                f"semaphore at file offset 0x{ref:x} not mapped writable in {thread.tgid}"
+            )
+            return
+        address = data.address_of(ref)
+        if thread.process.memory.add_u16(address, 1):
+            process = thread.process
+            process.semaphores[address] = process.semaphores.get(address, 0) + 1
 
     def hook_unwinders(self, thread: Thread, mappings: list[procfs.Mapping]) -> None:
         """Breakpoints where exception unwinding starts and where it is caught (unwinder.py)."""

@@ -109,6 +109,14 @@ class TraceeMemory:
                 self._poke_only = True
         self._poke(address, data, stopped_tid if stopped_tid is not None else self.pid)
 
+    def add_u16(self, address: int, delta: int) -> bool:
+        """Add `delta` to the unsigned short at `address` (a USDT semaphore); False on a fault."""
+        data = self.read_exact(address, 2)
+        if data is None:
+            return False
+        value = (struct.unpack("<H", data)[0] + delta) & 0xFFFF
+        return self.write_data(address, struct.pack("<H", value))
+
     def write_data(self, address: int, data: bytes) -> bool:
         """Write where the program itself could write (stack, data); False on a fault."""
         if self.closed:

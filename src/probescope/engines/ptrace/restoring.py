@@ -99,6 +99,13 @@ def restore_text(process: AddressSpace, stopped: Thread, notes: list[str]) -> No
                 notes.append(error.message)
 
 
+def restore_semaphores(process: AddressSpace) -> None:
+    """Take back our increments of USDT semaphores."""
+    for address, count in process.semaphores.items():
+        process.memory.add_u16(address, -count)
+    process.semaphores.clear()
+
+
 def release_xol(
     process: AddressSpace, threads: list[Thread], stopped: Thread, injector: SyscallInjector
 ) -> bool:

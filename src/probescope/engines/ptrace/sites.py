@@ -140,6 +140,16 @@ def build_sites(
                 handlers=list(handlers.get(probe, [])),
             )
         )
+    semaphores: dict[tuple[tuple[int, int, int], int], int | None] = {}
+    for site in sites:
+        place = (site.file_key, site.offset)
+        ref = site.probe.ref_ctr_offset
+        if place in semaphores and semaphores[place] != ref:
+            problems.append(
+                f"{site.probe.label}: probes on one site must agree on its semaphore "
+                f"(0x{semaphores[place] or 0:x} vs 0x{ref or 0:x}; the kernel refuses it too)"
+            )
+        semaphores.setdefault(place, ref)
     if problems:
         count = len(problems)
         raise PtraceError(

@@ -127,6 +127,7 @@ class AddressSpace:
         self.last_scan = 0.0
         self.return_refusal: str | None = None
         self.unwinder_checked: set[tuple[int, int, int]] = set()
+        self.semaphores: dict[int, int] = {}  # USDT semaphore address -> our increments
         self.shared_with: AddressSpace | None = None  # vfork child: parent's mm
         self.threads: set[int] = set()
         self.closed = False

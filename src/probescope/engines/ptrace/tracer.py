@@ -525,6 +525,7 @@ class Tracer:
         process.xol_areas = list(parent.xol_areas)
         process.xol_used = dict(parent.xol_used)
         process.trampoline = parent.trampoline
+        process.semaphores = dict(parent.semaphores)
         process.return_refusal = parent.return_refusal
         if parent.rendezvous is not None:
             process.rendezvous = rendezvous.Rendezvous(
@@ -546,11 +547,8 @@ class Tracer:
         """A fork child we do not follow: put its copy of the text and stack back, let go."""
         process = thread.process
         returns.restore(thread)
-        for bp in process.breakpoints.values():
-            try:
-                process.memory.write_code(bp.address, bp.instruction.raw[:1], thread.tid)
-            except PtraceError:
-                pass
+        restoring.restore_text(process, thread, self.counters.notes)
+        restoring.restore_semaphores(process)
         self._restore_affinity(thread)
         try:
             syscalls.detach(thread.tid, thread.pending_signal)
@@ -727,6 +725,7 @@ class Tracer:
                 for other in sharing:
                     returns.restore(other)
                 restoring.restore_text(process, thread, self.counters.notes)
+                restoring.restore_semaphores(process)
                 restoring.release_xol(process, sharing, thread, self.injector)
             for thread in list(self.threads.values()):
                 self._restore_affinity(thread)
