@@ -173,3 +173,72 @@ def test_detach_is_idempotent_and_the_command_runs_on(target, tmp_path):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert output.read_text().startswith("done sum=")
+
+
+def test_repeated_attach_and_detach_under_load(target):
+    """Detach finds threads in slots, at the trampoline and with hijacked returns pending."""
+    path = target("stress.c", ("-O0", "-g", "-pthread"))
+    probes = [
+        make_probe(path, "mix", "a=%di:s64"),
+        make_probe(path, "mix", "r=$retval:s64", kind="r", event="mix_ret"),
+        make_probe(path, "layer", "r=$retval:s64", kind="r", event="layer_ret"),
+    ]
+    program = subprocess.Popen([path], stdout=subprocess.PIPE)
+    try:
+        time.sleep(0.1)
+        for round_number in range(5):
+            engine = PtraceEngine(pin_cpu=round_number % 2 == 0)
+            engine.attach(probes, Target(pids=(program.pid,)))
+            seen = 0
+            for item in engine.events():
+                if not isinstance(item, EventBatch):
+                    seen += 1
+                    if seen >= 200 + 37 * round_number:
+                        break
+            assert _tracer_of(program.pid) == 0
+            assert text_differences(program.pid, path) == []
+            time.sleep(0.05)
+        out, _ = program.communicate(timeout=30)
+        assert out == b"threads with a correct checksum: 4 of 4\n"
+        assert program.returncode == 0
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait()
+
+
+def test_detach_from_inside_a_handler(target, tmp_path):
+    """The re-entrant path a signal handler takes: detach() while a hit is being served."""
+    path = target("loop.c")
+    probe = make_probe(path, "work", "i=%di:s32")
+    ret = make_probe(path, "work", "r=$retval:s32", kind="r", event="work_ret")
+    engine = PtraceEngine()
+
+    def detach_on_third(ctx) -> None:
+        if ctx.arg("i") == 2:
+            engine.detach()
+
+    engine.on(probe, detach_on_third)
+    output = tmp_path / "out.txt"
+    with open(output, "w") as out:
+        saved = os.dup(1)
+        os.dup2(out.fileno(), 1)
+        try:
+            engine.attach([probe, ret], Target(command=(str(path), "6")))
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+    events = [e for e in engine.events() if not isinstance(e, EventBatch)]
+    assert [(e.name, e.args[0]) for e in events] == [
+        ("work", 0),
+        ("work_ret", 118),
+        ("work", 1),
+        ("work_ret", 130),
+        ("work", 2),
+    ]
+    pid = engine.pids[0]
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3
+    from integration.ptrace.harness import run_plain
+
+    assert output.read_bytes() == run_plain([path, "6"]).stdout

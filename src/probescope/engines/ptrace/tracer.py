@@ -246,9 +246,10 @@ class Tracer:
                     else:
                         self._on_exit(thread, status)
             except PtraceError:
-                if self.detached:
-                    break
-                raise
+                if not self.detached:
+                    raise
+                # detach() ran inside this stop (a handler or a signal handler called it): the
+                # tracees are gone, what the stop recorded is still reported below.
             finally:
                 self.in_step = False
             if self.out:
