@@ -111,12 +111,13 @@ __attribute__((noinline)) void hand_widths(long i)
 {
     long cx = -1000 - i, r9 = 0x12340000L + i, si = -3 - i, r8 = 0x123456789aL * (i + 1);
     long r10 = -70000 - i, r11 = 0x80 + i, bx = -300 - i, di = 0x100000000L + i;
+    printf("hand:widths %d %d %d %ld %d %d %d %ld\n", (int)cx, (short)r9, (signed char)si, r8,
+           (int)r10, (signed char)r11, (short)bx, di);
+    /* Local register variables: set after the call to printf, which may clobber them. */
     register long r8_ __asm__("r8") = r8;
     register long r9_ __asm__("r9") = r9;
     register long r10_ __asm__("r10") = r10;
     register long r11_ __asm__("r11") = r11;
-    printf("hand:widths %d %d %d %ld %d %d %d %ld\n", (int)cx, (short)r9, (signed char)si, r8,
-           (int)r10, (signed char)r11, (short)bx, di);
     __asm__ __volatile__(
         HAND_NOTE("widths", "-4@%%ecx -2@%%r9w -1@%%sil 8@%%r8 -4@%%r10d -1@%%r11b -2@%%bx "
                             "8@%%edi")
