@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from probescope.errors import SymbolError
-from probescope.symbols.elfimage import ET_DYN, SHT_NOTE, ElfImage, Segment
+from probescope.symbols.elfimage import ET_DYN, PF_W, SHT_NOTE, ElfImage, Segment
 from probescope.symbols.identity import FileIdentity, file_identity
 from probescope.symbols.usdt_arguments import SiteContext, UsdtArg, parse_arguments
 
@@ -30,6 +30,8 @@ NOTE_SECTION = ".note.stapsdt"
 BASE_SECTION = ".stapsdt.base"
 NOTE_NAME = "stapsdt"
 NOTE_TYPE = 3
+
+_DAMAGED = "the file is damaged, or its .note.stapsdt was not written by <sys/sdt.h>"
 
 __all__ = [
     "UsdtArg",
@@ -139,11 +141,11 @@ def read_usdt_probes(
             continue
         where = f"{image.name}: USDT note {number} at file offset {note.offset:#x}"
         if len(note.desc) < 3 * address_size + 2:
-            raise SymbolError(f"{where} is truncated ({len(note.desc)} bytes)")
+            raise SymbolError(f"{where} is truncated ({len(note.desc)} bytes)", hint=_DAMAGED)
         pc, note_base, semaphore = unpack(note.desc)
         strings = note.desc[3 * address_size :].split(b"\0")
         if len(strings) < 3:
-            raise SymbolError(f"{where} lacks its provider and name strings")
+            raise SymbolError(f"{where} lacks its provider and name strings", hint=_DAMAGED)
         provider, name = (s.decode("utf-8", "replace") for s in strings[:2])
         arguments = strings[2].decode("utf-8", "replace")
         if base is not None and note_base:
@@ -185,7 +187,7 @@ def _pc_offset(layout: ElfImage, pc: int, where: str) -> int:
 
 def _semaphore_offset(layout: ElfImage, semaphore: int, where: str) -> int:
     segment = layout.load_for_vaddr(semaphore)
-    if segment is None or segment.executable or not segment.flags & 2:
+    if segment is None or segment.executable or not segment.flags & PF_W:
         raise SymbolError(
             f"{where}: its semaphore {semaphore:#x} is not in a writable data segment "
             f"of {layout.name}",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.usdt.conftest import LiveUsdt, Record
+from integration.usdt.live import LiveUsdt, Record
 from probescope.errors import SymbolError
 from probescope.symbols.elfimage import ElfImage
 from probescope.symbols.locate import locate_binary

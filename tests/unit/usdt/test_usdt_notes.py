@@ -326,10 +326,19 @@ def test_libstdcxx_probes_are_found_by_library_name() -> None:
     assert all(p.semaphore_offset is None for p in probes)
 
 
-def test_this_glibc_build_has_no_rtld_or_libc_probes() -> None:
-    # Debian 12's glibc is built without --enable-systemtap: readelf agrees (see above).
-    assert usdt_probes("/lib64/ld-linux-x86-64.so.2") == []
-    assert usdt_probes(locate_binary("c")) == []
+@pytest.mark.parametrize(
+    "target, provider", [("/lib64/ld-linux-x86-64.so.2", "rtld"), ("c", "libc")]
+)
+def test_glibc_probes_when_glibc_has_them(target: str, provider: str) -> None:
+    path = locate_binary(target)
+    if not programs.readelf_notes(Path(os.path.realpath(path))):
+        pytest.skip(f"{path}: this glibc was built without --enable-systemtap (readelf agrees)")
+    probes = find_usdt(path, provider, "*")
+    if provider == "rtld":  # what GDB's shared-library tracking relies on
+        assert {"init_complete", "map_complete", "reloc_complete", "unmap_complete"} <= {
+            p.name for p in probes
+        }
+    assert all(a.fetcharg for p in probes for s in p.sites for a in s.args)
 
 
 # ---- lookup --------------------------------------------------------------------------------
