@@ -310,7 +310,7 @@ class Tracer:
         if not thread.silent:
             if bp.entry_sites:
                 self._emit_entries(thread, bp, now)
-            if bp.return_sites and regs.rip == address and thread.process.return_refusal is None:
+            if bp.return_sites and regs.rip == address and self._may_hijack(thread):
                 done = returns.hijack(thread, bp, now)
                 if done:
                     counters.hijacks += 1
@@ -338,6 +338,18 @@ class Tracer:
         thread.regset.store(thread.tid)
         thread.stop_status = 0
         self._resume(thread)
+
+    def _may_hijack(self, thread: Thread) -> bool:
+        """Return probes are off in a process whose threads run with a user shadow stack
+        (glibc turns it on after the exec stop, so each thread is checked at its first)."""
+        process = thread.process
+        if not thread.shstk_checked and process.return_refusal is None:
+            thread.shstk_checked = True
+            refusal = self.installer.return_refusal(thread)
+            if refusal is not None:
+                process.return_refusal = refusal
+                self.counters.notes.append(refusal)
+        return process.return_refusal is None
 
     def _internal_hit(self, thread: Thread, bp: Breakpoint) -> None:
         if bp.internal == "rendezvous":
