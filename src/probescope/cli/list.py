@@ -16,7 +16,9 @@ from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import ProbescopeError
 
 # what -> (module with add_arguments/run, help); `usdt` lives in its own module.
-_EXTERNAL: dict[str, tuple[str, str]] = {}
+_EXTERNAL: dict[str, tuple[str, str]] = {
+    "usdt": ("probescope.cli.list_usdt", "USDT probes of a binary: sites, semaphores, fetchargs")
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from probescope.engines.tracefs.tracefs import running_kernel_grammar
 from probescope.symbols.resolve import resolve_specs
 
 
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for probe in resolve_specs(args.specs, pid=args.pid):
+    for probe in resolve_specs(args.specs, pid=args.pid, grammar=running_kernel_grammar()):
         print(probe.spec.definition())
         if args.verbose:
             where = probe.label

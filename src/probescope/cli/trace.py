@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from probescope.engines.registry import ENGINE_CHOICES
+from probescope.engines.tracefs.tracefs import running_kernel_grammar
 from probescope.session import Session, Summary, Terminated, signals_end_session
 from probescope.sinks.base import open_sink, output_formats
 from probescope.symbols.resolve import resolve_specs
@@ -64,7 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.dry_run:
-        for probe in resolve_specs(args.specs, pid=args.pid[0] if len(args.pid) == 1 else None):
+        for probe in resolve_specs(
+            args.specs,
+            pid=args.pid[0] if len(args.pid) == 1 else None,
+            grammar=running_kernel_grammar(),
+        ):
             print(probe.spec.definition())
         return 0
     command = shlex.split(args.command) if args.command else None
@@ -114,15 +119,26 @@ def run(args: argparse.Namespace) -> int:
 def print_summary(summary: Summary, stream: IO[str]) -> None:
     console = Console(file=stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
+    kernel_hits = summary.stats.hits if summary.stats else {}
+    misses = summary.stats.misses if summary.stats else {}
     table.add_column("event")
     table.add_column("hits", justify="right")
-    for name, hits in sorted(summary.hits.items()):
-        table.add_row(name, str(hits))
+    if kernel_hits:
+        table.add_column("kernel hits (all processes)", justify="right")
+    if misses:
+        table.add_column("misses", justify="right")
+    for name in sorted(set(summary.hits) | set(kernel_hits)):
+        row = [name, str(summary.hits.get(name, 0))]
+        if kernel_hits:
+            row.append(str(kernel_hits.get(name, "")))
+        if misses:
+            row.append(str(misses.get(name, "")))
+        table.add_row(*row)
     console.print(
         f"probescope: {summary.total} events in {summary.duration:.2f}s "
         f"({summary.engine} engine, {summary.reason}); lost {summary.lost}"
     )
-    if summary.hits:
+    if summary.hits or kernel_hits:
         console.print(table)
     if len(summary.kinds) > 1:
         console.print(

@@ -38,6 +38,7 @@ ENGINES: tuple[EngineEntry, ...] = (
                 ProbeKind.KRETPROBE,
                 ProbeKind.TRACEPOINT,
                 ProbeKind.FUNCTION,
+                ProbeKind.USDT,
             }
         ),
         "the kernel's uprobes and trace events through tracefs (root)",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from probescope.errors import SpecError
 from probescope.spec.arch import X86_64_REGISTER_ALIASES, Arch
+from probescope.spec.kernel_features import KernelGrammar
 from probescope.spec.kernel_numbers import (
     is_ascii_digit,
     is_good_name,
@@ -69,14 +70,19 @@ _BASIC_TYPES: dict[str, tuple[int, bool]] = {
 TYPE_NAMES = tuple(_BASIC_TYPES)
 
 
+LATEST = KernelGrammar.latest()
+
+
 @dataclass(frozen=True)
 class ParseFlags:
-    """The kernel's TPARG_FL_* for one probe: where the probe sits decides what args may do."""
+    """The kernel's TPARG_FL_* for one probe: where the probe sits decides what args may do;
+    `grammar` is what the target kernel's version accepts."""
 
     user: bool = True  # TPARG_FL_USER (uprobe) vs TPARG_FL_KERNEL
     is_return: bool = False  # TPARG_FL_RETURN
     function_entry: bool = False  # TPARG_FL_FENTRY (kprobe on a function's first byte)
     trace_event: bool = False  # TPARG_FL_TEVENT (eprobe)
+    grammar: KernelGrammar = LATEST
 
     @property
     def kernel(self) -> bool:
@@ -115,7 +121,15 @@ class _Context:
 
 def parse_type(text: str | None, flags: ParseFlags) -> tuple[str, int, bool] | None:
     """`find_fetch_type`: (base type name, size, signed) or None when the kernel says BAD_TYPE."""
-    if text is not None and flags.user and text in ("symbol", "symstr"):
+    grammar = flags.grammar
+    if (
+        text is not None
+        and flags.user
+        and text in ("symbol", "symstr")
+        and grammar.refuses_symbol_types_on_uprobes
+    ):
+        return None
+    if text is not None and text in _BASIC_TYPES and text not in grammar.types:
         return None
     if text is None:
         text = "x64"
@@ -232,7 +246,7 @@ class _FetchParser:
             if not is_good_name(name):
                 raise ctx.error(f"invalid event field {arg!r}", offset)
             return EventField(name), "tp_arg"
-        if name.startswith("retval"):
+        if name == "retval" or (flags.grammar.retval_prefix and name.startswith("retval")):
             if not flags.is_return:
                 raise ctx.error(
                     "$retval is not available on an entry probe",
@@ -435,6 +449,9 @@ def parse_fetcharg(
         hint = "types: u8..u64, s8..s64, x8..x64, char, string, ustring, b<w>@<o>/<c>, TYPE[N]"
         if flags.user and type_text in ("symbol", "symstr"):
             hint = "symbol and symstr resolve kernel addresses; they are for kprobes only"
+        elif type_text in _BASIC_TYPES:
+            release = ".".join(map(str, flags.grammar.release))
+            hint = f"kernel {release} does not know the type {type_text!r}"
         raise ctx.error(f"unknown type {type_text!r}", type_offset, hint=hint)
     base_name, size, signed = base
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from probescope.errors import SpecError
 from probescope.spec.arch import Arch
-from probescope.spec.fetchargs import MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
+from probescope.spec.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
+from probescope.spec.kernel_features import KernelGrammar
 from probescope.spec.kernel_grammar import (
     check_definition_text,
     split_words,
@@ -160,7 +161,9 @@ def parse_friendly(
     )
 
 
-def lower_args(probe: FriendlyProbe, arch: Arch, *, on_entry: bool) -> tuple[FetchArg, ...]:
+def lower_args(
+    probe: FriendlyProbe, arch: Arch, *, on_entry: bool, grammar: KernelGrammar = LATEST
+) -> tuple[FetchArg, ...]:
     """Translate friendly args into kernel fetchargs for a uprobe on `arch`.
 
     `argN` becomes the ABI register (or `$stackK` past the register args, at function entry
@@ -168,7 +171,7 @@ def lower_args(probe: FriendlyProbe, arch: Arch, *, on_entry: bool) -> tuple[Fet
     """
     lowered: list[FetchArg] = []
     used: set[str] = set()
-    flags = ParseFlags(user=True, is_return=probe.is_return)
+    flags = ParseFlags(user=True, is_return=probe.is_return, grammar=grammar)
     for index, arg in enumerate(probe.args):
         kernel_text, name = _lower_one(probe, arg, arch, on_entry=on_entry, index=index)
         if name is not None and "=" not in arg.text and name not in used:

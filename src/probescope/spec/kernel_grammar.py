@@ -14,7 +14,8 @@ from enum import StrEnum
 
 from probescope.errors import SpecError, SpecErrors
 from probescope.spec.arch import Arch, host_arch
-from probescope.spec.fetchargs import MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
+from probescope.spec.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
+from probescope.spec.kernel_features import KernelGrammar
 from probescope.spec.kernel_numbers import (
     UINT_MAX,
     is_ascii_digit,
@@ -104,6 +105,7 @@ def parse_kernel_probe(
     events_file: EventsFile | str = EventsFile.DYNAMIC_EVENTS,
     arch: Arch | None = None,
     kprobes: bool = True,
+    grammar: KernelGrammar = LATEST,
 ) -> ProbeSpec | DeleteSpec:
     """Parse one definition line as the kernel would when it is written to `events_file`.
 
@@ -128,7 +130,7 @@ def parse_kernel_probe(
     }[events_file]
     for parser in parsers:
         try:
-            return parser(text, words, arch)
+            return parser(text, words, arch, grammar)
         except _NotThisType:
             continue
     raise _unrecognized(text, words, events_file, kprobes)
@@ -265,19 +267,19 @@ def _parse_args(text: str, words: Words, flags: ParseFlags, arch: Arch) -> tuple
     return tuple(args)
 
 
-def _parse_uprobe(text: str, words: Words, arch: Arch) -> ProbeSpec:
+def _parse_uprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -> ProbeSpec:
     head_column, head = words[0]
     if head[0] not in "pr" or len(words) < 2:
         raise _NotThisType
     is_return = head[0] == "r"
     event_text = head[2:] if head[1:2] == ":" else None
     column, location = words[1]
-    _check_arg_count(text, words)
     if "/" not in location:
         raise _NotThisType
     colon = location.rfind(":")
     if colon < 0 or not is_ascii_digit(location[colon + 1 : colon + 2]):
         raise _NotThisType
+    _check_arg_count(text, words)
     path = location[:colon]
     place = location[colon + 1 :]
     place_column = column + colon + 1
@@ -331,7 +333,7 @@ def _parse_uprobe(text: str, words: Words, arch: Arch) -> ProbeSpec:
     group = event = None
     if event_text is not None:
         group, event = _parse_event_name(event_text, head_column + 2, text)
-    flags = ParseFlags(user=True, is_return=is_return)
+    flags = ParseFlags(user=True, is_return=is_return, grammar=grammar)
     args = _parse_args(text, words[2:], flags, arch)
     return ProbeSpec(
         kind=ProbeKind.URETPROBE if is_return else ProbeKind.UPROBE,
@@ -343,7 +345,7 @@ def _parse_uprobe(text: str, words: Words, arch: Arch) -> ProbeSpec:
     )
 
 
-def _parse_kprobe(text: str, words: Words, arch: Arch) -> ProbeSpec:
+def _parse_kprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -> ProbeSpec:
     head_column, head = words[0]
     if head[0] not in "pr" or len(words) < 2:
         raise _NotThisType
@@ -420,7 +422,9 @@ def _parse_kprobe(text: str, words: Words, arch: Arch) -> ProbeSpec:
     group = event = None
     if event_text is not None:
         group, event = _parse_event_name(event_text, head_column + colon + 1, text)
-    flags = ParseFlags(user=False, is_return=is_return, function_entry=function_entry)
+    flags = ParseFlags(
+        user=False, is_return=is_return, function_entry=function_entry, grammar=grammar
+    )
     args = _parse_args(text, words[2:], flags, arch)
     return ProbeSpec(
         kind=ProbeKind.KRETPROBE if is_return else ProbeKind.KPROBE,
@@ -433,7 +437,7 @@ def _parse_kprobe(text: str, words: Words, arch: Arch) -> ProbeSpec:
     )
 
 
-def _parse_eprobe(text: str, words: Words, arch: Arch) -> ProbeSpec:
+def _parse_eprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -> ProbeSpec:
     head_column, head = words[0]
     if head[0] != "e" or len(words) < 2:
         raise _NotThisType
@@ -462,7 +466,7 @@ def _parse_eprobe(text: str, words: Words, arch: Arch) -> ProbeSpec:
             break
     if len(rest) > MAX_TRACE_ARGS:
         raise SpecError("too many arguments", spec=text, column=rest[MAX_TRACE_ARGS][0])
-    flags = ParseFlags(user=False, trace_event=True)
+    flags = ParseFlags(user=False, trace_event=True, grammar=grammar)
     args = _parse_args(text, rest, flags, arch)
     separator = "/" if "/" in attached else "."
     return ProbeSpec(

@@ -49,6 +49,9 @@ PROBE_TYPES: tuple[ProbeType, ...] = (
         "kernel tracepoint (trace event)",
     ),
     ProbeType(
+        ProbeKind.USDT, "p", "uprobe_events", ("usdt",), "user statically defined tracepoint"
+    ),
+    ProbeType(
         ProbeKind.FUNCTION, "", "set_ftrace_filter", ("f", "function"), "kernel function tracer"
     ),
 )

@@ -6,7 +6,9 @@ import re
 
 from probescope.errors import SpecError
 from probescope.spec.arch import Arch, host_arch
+from probescope.spec.fetchargs import LATEST
 from probescope.spec.friendly import FriendlyProbe, parse_friendly, parse_friendly_words
+from probescope.spec.kernel_features import KernelGrammar
 from probescope.spec.kernel_grammar import (
     EventsFile,
     _parse_event_name,
@@ -23,11 +25,12 @@ from probescope.spec.static_events import (
     parse_function,
     parse_tracepoint,
 )
+from probescope.spec.usdt_spec import UsdtSpec, parse_usdt
 
 _KERNEL_HEAD = re.compile(r"^(p|r\d*|e)(:[^:]*)?$")
 _FRIENDLY_KERNEL_VARIABLE = re.compile(r"(?<![\w$%@\\])(arg\d+|retval)(?![\w])")
 
-Spec = ProbeSpec | DeleteSpec | FriendlyProbe | TracepointSpec | FunctionSpec
+Spec = ProbeSpec | DeleteSpec | FriendlyProbe | TracepointSpec | FunctionSpec | UsdtSpec
 
 
 def is_kernel_uprobe_location(word: str) -> bool:
@@ -36,7 +39,13 @@ def is_kernel_uprobe_location(word: str) -> bool:
     return "/" in word and colon >= 0 and is_ascii_digit(word[colon + 1 : colon + 2])
 
 
-def parse_probe(text: str, *, arch: Arch | None = None, kprobes: bool = True) -> Spec:
+def parse_probe(
+    text: str,
+    *,
+    arch: Arch | None = None,
+    kprobes: bool = True,
+    grammar: KernelGrammar = LATEST,
+) -> Spec:
     """Parse a probe spec in either form.
 
     Kernel grammar (`p:grp/ev /bin/bash:0x4245c0 %ip`) gives a ProbeSpec or DeleteSpec;
@@ -50,12 +59,12 @@ def parse_probe(text: str, *, arch: Arch | None = None, kprobes: bool = True) ->
         raise SpecError("empty probe spec", spec=text, column=0, hint="e.g. bash:readline")
     column, first = words[0]
     if first.startswith("-"):
-        return parse_kernel_probe(text, arch=arch, kprobes=kprobes)
+        return parse_kernel_probe(text, arch=arch, kprobes=kprobes, grammar=grammar)
     head = _KERNEL_HEAD.match(first)
     if head and len(words) >= 2:
         location_column, location = words[1]
         if is_kernel_uprobe_location(location) or ":" not in location or first[0] == "e":
-            return parse_kernel_probe(text, arch=arch, kprobes=kprobes)
+            return parse_kernel_probe(text, arch=arch, kprobes=kprobes, grammar=grammar)
         group = event = None
         if head.group(2):
             group, event = _parse_event_name(head.group(2)[1:], column + 2, text)
@@ -69,20 +78,26 @@ def parse_probe(text: str, *, arch: Arch | None = None, kprobes: bool = True) ->
             args=words[2:],
         )
     if head:
-        return parse_kernel_probe(text, arch=arch, kprobes=kprobes)
+        return parse_kernel_probe(text, arch=arch, kprobes=kprobes, grammar=grammar)
     colon = first.find(":")
     probe_type = BY_ALIAS.get(first[:colon]) if colon > 0 else None
     if probe_type is not None and probe_type.kind.is_kernel:
-        return _parse_friendly_kprobe(text, words, probe_type.kind, arch)
+        return _parse_friendly_kprobe(text, words, probe_type.kind, arch, grammar)
     if probe_type is not None and probe_type.kind is ProbeKind.TRACEPOINT:
         return parse_tracepoint(text, words, colon + 1)
     if probe_type is not None and probe_type.kind is ProbeKind.FUNCTION:
         return parse_function(text, words, colon + 1)
+    if probe_type is not None and probe_type.kind is ProbeKind.USDT:
+        return parse_usdt(text, words, colon + 1)
     return parse_friendly_words(text, words)
 
 
 def _parse_friendly_kprobe(
-    text: str, words: list[tuple[int, str]], kind: ProbeKind, arch: Arch
+    text: str,
+    words: list[tuple[int, str]],
+    kind: ProbeKind,
+    arch: Arch,
+    grammar: KernelGrammar,
 ) -> ProbeSpec:
     """`k:SYM[+OFF] ARGS` / `kr:SYM ARGS`: argN → $argN, retval → $retval, then the kernel
     grammar. Columns of errors still point into the user's text."""
@@ -106,7 +121,9 @@ def _parse_friendly_kprobe(
         pieces.append(name + _FRIENDLY_KERNEL_VARIABLE.sub(r"$\1", body))
     kernel_text = " ".join(pieces)
     try:
-        spec = parse_kernel_probe(kernel_text, events_file=EventsFile.KPROBE_EVENTS, arch=arch)
+        spec = parse_kernel_probe(
+            kernel_text, events_file=EventsFile.KPROBE_EVENTS, arch=arch, grammar=grammar
+        )
     except SpecError as error:
         raise SpecError(error.message, spec=text, column=None, hint=error.hint) from None
     assert isinstance(spec, ProbeSpec)

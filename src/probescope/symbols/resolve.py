@@ -13,30 +13,41 @@ from dataclasses import replace
 
 from probescope.errors import ProbescopeError, SpecError, SpecErrors, SymbolError
 from probescope.spec.arch import Arch, host_arch
+from probescope.spec.fetchargs import LATEST, ParseFlags, parse_fetcharg
 from probescope.spec.friendly import FriendlyProbe, event_name_for, lower_args
+from probescope.spec.kernel_features import KernelGrammar
 from probescope.spec.model import DeleteSpec, ProbeKind, ProbeSpec, UprobeLocation
 from probescope.spec.parse import Spec, parse_probe
 from probescope.spec.resolved import ResolvedProbe
 from probescope.spec.static_events import FunctionSpec, TracepointSpec
+from probescope.spec.usdt_spec import UsdtSpec
 from probescope.symbols.function import FunctionSymbol
 from probescope.symbols.ifunc import resolve_ifunc
 from probescope.symbols.insn import check_probe_offset
 from probescope.symbols.locate import locate_binary
 from probescope.symbols.table import SymbolTable
+from probescope.symbols.usdt import UsdtSite, find_usdt
 
 
 def resolve_specs(
-    specs: Sequence[str | Spec], *, pid: int | None = None, arch: Arch | None = None
+    specs: Sequence[str | Spec],
+    *,
+    pid: int | None = None,
+    arch: Arch | None = None,
+    grammar: KernelGrammar = LATEST,
 ) -> list[ResolvedProbe]:
-    """Parse (if text) and resolve every spec; raises one SpecErrors listing all problems."""
+    """Parse (if text) and resolve every spec; raises one SpecErrors listing all problems.
+
+    `grammar` is what the kernel the probes are meant for accepts (KernelGrammar.for_release).
+    """
     arch = arch or host_arch()
     resolved: list[ResolvedProbe] = []
     errors: list[SpecError] = []
     for item in specs:
         text = item if isinstance(item, str) else (getattr(item, "source", None) or str(item))
         try:
-            spec = parse_probe(item, arch=arch) if isinstance(item, str) else item
-            resolved += resolve(spec, pid=pid, arch=arch)
+            spec = parse_probe(item, arch=arch, grammar=grammar) if isinstance(item, str) else item
+            resolved += resolve(spec, pid=pid, arch=arch, grammar=grammar)
         except SpecErrors as many:
             errors += many.errors
         except SpecError as error:
@@ -48,7 +59,13 @@ def resolve_specs(
     return _unique_event_names(resolved)
 
 
-def resolve(spec: Spec, *, pid: int | None = None, arch: Arch | None = None) -> list[ResolvedProbe]:
+def resolve(
+    spec: Spec,
+    *,
+    pid: int | None = None,
+    arch: Arch | None = None,
+    grammar: KernelGrammar = LATEST,
+) -> list[ResolvedProbe]:
     arch = arch or host_arch()
     if isinstance(spec, DeleteSpec):
         raise SpecError(
@@ -58,9 +75,11 @@ def resolve(spec: Spec, *, pid: int | None = None, arch: Arch | None = None) -> 
             hint="probescope removes its own events when the session ends",
         )
     if isinstance(spec, FriendlyProbe):
-        return _resolve_friendly(spec, pid, arch)
+        return _resolve_friendly(spec, pid, arch, grammar)
     if isinstance(spec, TracepointSpec | FunctionSpec):
         return [ResolvedProbe(spec=spec, kind=spec.kind)]
+    if isinstance(spec, UsdtSpec):
+        return _resolve_usdt(spec, pid, arch, grammar)
     if spec.kind.is_user:
         return [_resolve_kernel_uprobe(spec)]
     return [ResolvedProbe(spec=spec, kind=spec.kind, symbol=_kernel_symbol(spec))]
@@ -100,7 +119,9 @@ def _table(path: str, text: str, column: int | None) -> SymbolTable:
         raise SpecError(error.message, spec=text, column=column, hint=error.hint) from None
 
 
-def _resolve_friendly(probe: FriendlyProbe, pid: int | None, arch: Arch) -> list[ResolvedProbe]:
+def _resolve_friendly(
+    probe: FriendlyProbe, pid: int | None, arch: Arch, grammar: KernelGrammar
+) -> list[ResolvedProbe]:
     text = probe.source
     try:
         path = str(locate_binary(probe.target, pid))
@@ -144,7 +165,7 @@ def _resolve_friendly(probe: FriendlyProbe, pid: int | None, arch: Arch) -> list
             except SymbolError as error:
                 raise at_symbol(error) from None
         on_entry = function is not None and offset == function.offset
-        args = lower_args(probe, arch, on_entry=on_entry)
+        args = lower_args(probe, arch, on_entry=on_entry, grammar=grammar)
         event = probe.event
         if event is None and function is not None:
             event = event_name_for(function.name, probe.offset, probe.is_return)
@@ -158,6 +179,91 @@ def _resolve_friendly(probe: FriendlyProbe, pid: int | None, arch: Arch) -> list
         )
         resolved.append(_resolved(spec, path, offset, function, None))
     return resolved
+
+
+def _resolve_usdt(
+    spec: UsdtSpec, pid: int | None, arch: Arch, grammar: KernelGrammar
+) -> list[ResolvedProbe]:
+    """One uprobe per call site at `PATH:PC(SEMAPHORE)`; sites whose arguments have the same
+    names and types share one event (the kernel appends probe points to it)."""
+    text = spec.source or str(spec)
+    try:
+        path = str(locate_binary(spec.target, pid))
+    except SymbolError as error:
+        raise SpecError(
+            error.message, spec=text, column=spec.target_column, hint=error.hint
+        ) from None
+    try:
+        probes = find_usdt(path, spec.provider, spec.name)
+    except SymbolError as error:
+        raise SpecError(
+            error.message, spec=text, column=spec.probe_column, hint=error.hint
+        ) from None
+    flags = ParseFlags(user=True, grammar=grammar)
+    resolved = []
+    for usdt in probes:
+        base = event_name_for(f"{usdt.provider}_{usdt.name}", 0, False)
+        names: dict[tuple[str, ...], str] = {}
+        for site in usdt.sites:
+            fetch_texts = _usdt_fetchargs(spec, site, text)
+            args = tuple(
+                parse_fetcharg(fetch, i, flags=flags, arch=arch, spec=fetch)
+                for i, fetch in enumerate(fetch_texts)
+            )
+            signature = tuple(f"{a.name}:{a.type}" for a in args)
+            event = names.setdefault(signature, base if not names else f"{base[:60]}_{len(names)}")
+            probe_spec = ProbeSpec(
+                kind=ProbeKind.UPROBE,
+                location=UprobeLocation(path, site.pc_offset, site.semaphore_offset),
+                event=event,
+                args=args,
+                source=text,
+            )
+            stat = os.stat(path)
+            resolved.append(
+                ResolvedProbe(
+                    spec=probe_spec,
+                    kind=ProbeKind.USDT,
+                    path=path,
+                    offset=site.pc_offset,
+                    ref_ctr_offset=site.semaphore_offset,
+                    symbol=f"{usdt.provider}:{usdt.name}",
+                    vaddr=site.pc,
+                    device=stat.st_dev,
+                    inode=stat.st_ino,
+                )
+            )
+    return resolved
+
+
+def _usdt_fetchargs(spec: UsdtSpec, site: UsdtSite, text: str) -> list[str]:
+    if not spec.args:
+        try:
+            return list(site.fetchargs())
+        except SymbolError as error:
+            raise SpecError(
+                error.message, spec=text, column=spec.probe_column, hint=error.hint
+            ) from None
+    chosen = []
+    for choice in spec.args:
+        if choice.index > len(site.args):
+            raise SpecError(
+                f"the probe has {len(site.args)} arguments, not {choice.index}",
+                spec=text,
+                column=choice.column,
+            )
+        argument = site.args[choice.index - 1]
+        fetch = argument.fetch_as(choice.type) if choice.type else argument.fetcharg
+        if fetch is None:
+            raise SpecError(
+                f"arg{choice.index} ({argument.text!r}) cannot be fetched"
+                + (f" as {choice.type}" if choice.type else "")
+                + (f": {argument.problem}" if argument.problem else ""),
+                spec=text,
+                column=choice.column,
+            )
+        chosen.append(f"{choice.name}={fetch}")
+    return chosen
 
 
 def _resolved(

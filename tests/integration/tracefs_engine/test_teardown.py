@@ -94,7 +94,7 @@ def test_duration_and_count(ticker: Path) -> None:
     proc = probescope("trace", "-d", "0.5", "-q", "-c", f"{ticker} -1 1000", f"{ticker}:tick")
     started = time.monotonic()
     out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 60, "-d ends the session (the ticker never would)"
     assert proc.returncode == 0 and err == ""
 
 

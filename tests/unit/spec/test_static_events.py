@@ -55,3 +55,31 @@ def test_functions() -> None:
         parse_probe("f:")
     with pytest.raises(SpecError, match="no arguments"):
         parse_probe("f:vfs_read x=1")
+
+
+def test_usdt_specs() -> None:
+    from probescope.spec.usdt_spec import UsdtSpec
+
+    spec = parse_probe("usdt:/usr/bin/python3.11:python:gc__start")
+    assert isinstance(spec, UsdtSpec)
+    assert (spec.target, spec.provider, spec.name, spec.args) == (
+        "/usr/bin/python3.11",
+        "python",
+        "gc__start",
+        (),
+    )
+    spec = parse_probe("usdt:/weird:dir/prog:prov:na* path=arg1:string arg3")
+    assert isinstance(spec, UsdtSpec)
+    assert (spec.target, spec.provider, spec.name) == ("/weird:dir/prog", "prov", "na*")
+    assert [(a.name, a.index, a.type) for a in spec.args] == [
+        ("path", 1, "string"),
+        ("arg3", 3, None),
+    ]
+    for bad, message in [
+        ("usdt:prog:name", "TARGET:PROVIDER:NAME"),
+        ("usdt:prog:p:n %di", "does not name a probe argument"),
+        ("usdt:prog:p:n arg0", "does not name a probe argument"),
+        ("usdt:prog:p:n x=arg1 x=arg2", "repeated"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            parse_probe(bad)

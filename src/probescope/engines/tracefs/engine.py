@@ -84,6 +84,11 @@ class TracefsEngine:
         self.group: str | None = None
         self.definitions: list[str] = []
 
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The processes the session filters on (the command's pid with -c)."""
+        return self._pids
+
     # -- availability ---------------------------------------------------------------------
 
     def available(self) -> Availability:
@@ -206,7 +211,7 @@ class TracefsEngine:
                 self._types[name] = EventType(
                     group=spec.group_name,
                     name=name,
-                    kind=spec.kind,
+                    kind=probe.kind,
                     arg_names=tuple(a.name for a in spec.args),
                     arg_types=tuple(a.type for a in spec.args),
                 )
@@ -405,6 +410,38 @@ class TracefsEngine:
             self._stats.extra["command_status"] = self._command.returncode
         return self._stats
 
+    def _read_profiles(self) -> None:
+        """The kernel's own per-probe counters: uprobe hits (every process, before pid
+        filtering) and kprobe hits and misses (`kprobe_profile`)."""
+        if self._tracefs is None:
+            return
+        ours = {name.event for names in self._installed.events.values() for name in names}
+        for events_file, profile in (
+            ("uprobe_events", "uprobe_profile"),
+            ("kprobe_events", "kprobe_profile"),
+        ):
+            if events_file not in self._installed.events or not self._tracefs.exists(profile):
+                continue
+            try:
+                text = self._tracefs.read(profile)
+            except TracefsError:
+                continue
+            for line in text.splitlines():
+                words = line.split()
+                counts = [w for w in words if w.isdigit()]
+                names = [w for w in words if w in ours]
+                if not names or not counts:
+                    continue
+                event_type = self._types.get(names[-1])
+                if event_type is None:
+                    continue
+                key = f"{event_type.group}/{event_type.name}"
+                if profile == "kprobe_profile" and len(counts) >= 2:
+                    self._stats.hits[key] = int(counts[-2])
+                    self._stats.misses[key] = int(counts[-1])
+                else:
+                    self._stats.hits[key] = self._stats.hits.get(key, 0) + int(counts[-1])
+
     def detach(self) -> None:
         if self._detached:
             return
@@ -412,6 +449,7 @@ class TracefsEngine:
         errors: list[ProbescopeError] = []
         if self._reader is not None:
             self._reader.close()
+        self._read_profiles()
         instance = self._installed.instance
         if instance is not None:
             try:

@@ -9,13 +9,16 @@ seeks, which tracefs refuses.
 from __future__ import annotations
 
 import errno
+import functools
 import os
+import platform
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
 from probescope.engines.tracefs.errorlog import ErrorLogEntry, parse_error_log
 from probescope.errors import EngineUnavailable, TracefsError
+from probescope.spec.kernel_features import KernelGrammar
 
 MOUNT_POINTS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
@@ -131,6 +134,20 @@ class Tracefs:
                 hint="run as root, or use --engine ptrace to trace your own processes",
             )
         return cls(root)
+
+
+@functools.cache
+def running_kernel_grammar() -> KernelGrammar:
+    """What the running kernel's probe grammar accepts: its release plus the types its own
+    tracefs README lists (when tracefs is readable)."""
+    readme = None
+    for root in MOUNT_POINTS:
+        try:
+            readme = (root / "README").read_text()
+            break
+        except OSError:
+            continue
+    return KernelGrammar.for_release(platform.release(), readme)
 
 
 def lockdown_state() -> str | None:
