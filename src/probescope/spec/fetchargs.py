@@ -91,7 +91,8 @@ class ParseFlags:
     @property
     def args_available(self) -> bool:
         """$argN: kernel function entry, or (newer kernels) a kernel function return."""
-        return self.kernel and (self.function_entry or self.is_return) and not self.trace_event
+        on_return = self.is_return and self.grammar.args_on_return
+        return self.kernel and (self.function_entry or on_return) and not self.trace_event
 
 
 class _Slots:

@@ -432,7 +432,7 @@ def _parse_kprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -
         group=group,
         event=event,
         args=args,
-        maxactive=maxactive if is_return else None,
+        maxactive=(maxactive or grammar.default_maxactive) if is_return else None,
         source=text,
     )
 

@@ -147,7 +147,20 @@ def running_kernel_grammar() -> KernelGrammar:
             break
         except OSError:
             continue
-    return KernelGrammar.for_release(platform.release(), readme)
+    return KernelGrammar.for_release(platform.release(), readme, possible_cpus=_possible_cpus())
+
+
+def _possible_cpus() -> int | None:
+    """Count of /sys/devices/system/cpu/possible (`0-3,8-11` style ranges)."""
+    try:
+        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+    except OSError:
+        return None
+    count = 0
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1
+    return count
 
 
 def lockdown_state() -> str | None:
