@@ -315,12 +315,12 @@ class _FetchParser:
                 )
             symbol = arg[1:]
             split = next((i for i, c in enumerate(symbol) if c in "+-"), -1)
-            sym_offset: int | None = 0
+            sym_offset = 0
             if split >= 0:
-                sym_offset = kstrtol(symbol[split:])
-                if sym_offset is None:
+                parsed = kstrtol(symbol[split:])
+                if parsed is None:
                     raise ctx.error(f"invalid symbol offset in {arg!r}", offset + 1 + split)
-                symbol = symbol[:split]
+                sym_offset, symbol = parsed, symbol[:split]
             fetch = KernelSymbol(symbol, sym_offset)
             if not self.slots.advance():
                 raise ctx.error("dereference is too much nested", offset)

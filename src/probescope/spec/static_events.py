@@ -37,6 +37,10 @@ class TracepointSpec:
     def event_name(self) -> str:
         return self.event
 
+    def definition(self) -> str:
+        """The `set_event` line that enables it (the filter goes to the event's `filter`)."""
+        return f"{self.system}:{self.event}"
+
     def __str__(self) -> str:
         text = f"tracepoint:{self.system}:{self.event}"
         return f"{text} if {self.filter}" if self.filter else text
@@ -63,6 +67,10 @@ class FunctionSpec:
         """Patterns that select (nearly) every kernel function."""
         head = self.pattern.split(":", 1)[0]
         return head in ("*", "**", "") and ":mod:" not in self.pattern
+
+    def definition(self) -> str:
+        """The `set_ftrace_filter` line that selects the functions."""
+        return self.pattern
 
     def __str__(self) -> str:
         return f"function:{self.pattern}"

@@ -133,6 +133,8 @@ class EventDecoder:
         uprobe/uretprobe for probe layouts and tracepoint for the rest.
         """
         spec = probe.spec if isinstance(probe, ResolvedProbe) else probe
+        if not isinstance(spec, ProbeSpec):
+            spec = None
         if kind is None and probe is not None:
             kind = probe.kind
         group = group or event_format.system or (spec.group_name if spec else None)

@@ -198,6 +198,7 @@ class TracefsEngine:
         specs = []
         for probe in probes:
             spec = probe.spec
+            assert isinstance(spec, ProbeSpec)
             key = (spec.group_name, spec.event_name)
             name = names.get(key)
             if name is None:
