@@ -38,6 +38,7 @@ bench-deps: system-deps
 
 test: system-deps venv
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 test-vm: system-deps venv

@@ -50,6 +50,11 @@ _HOMES = {
     "runtime_address": "maps",
     "runtime_addresses": "maps",
     "SymbolTable": "table",
+    "find_usdt": "usdt",
+    "usdt_probes": "usdt",
+    "UsdtProbe": "usdt",
+    "UsdtSite": "usdt",
+    "UsdtArg": "usdt_arguments",
 }
 
 __all__ = [
@@ -58,15 +63,20 @@ __all__ = [
     "FunctionSymbol",
     "Mapping",
     "SymbolTable",
+    "UsdtArg",
+    "UsdtProbe",
+    "UsdtSite",
     "check_probe_offset",
     "file_identity",
     "file_offset_of_address",
+    "find_usdt",
     "ifunc_implementations",
     "locate_binary",
     "read_maps",
     "resolve_ifunc",
     "runtime_address",
     "runtime_addresses",
+    "usdt_probes",
 ]
 
 
