@@ -458,6 +458,15 @@ def function_printer(event_type: EventType) -> Printer:
     return line
 
 
+def tracepoint_body(event_type: EventType) -> BodyTemplate | Printer:
+    """A tracepoint's text: its `print fmt` evaluated as `trace` does when the engine registered
+    its format (`print_fmt.register_tracepoint`), else `field_printer`."""
+    from probescope.sinks.print_fmt import registered_body
+
+    body = registered_body(event_type)
+    return field_printer(event_type) if body is None else body
+
+
 EVENT_PRINTERS: dict[ProbeKind, PrinterFactory] = {
     ProbeKind.KPROBE: kprobe_printer,
     ProbeKind.KRETPROBE: kprobe_printer,
@@ -465,7 +474,7 @@ EVENT_PRINTERS: dict[ProbeKind, PrinterFactory] = {
     ProbeKind.UPROBE: probe_printer,
     ProbeKind.URETPROBE: probe_printer,
     ProbeKind.USDT: probe_printer,
-    ProbeKind.TRACEPOINT: field_printer,
+    ProbeKind.TRACEPOINT: tracepoint_body,
 }
 """The event-text printer per kind; kinds not listed use `field_printer`."""
 

@@ -1,0 +1,207 @@
+"""Compile-time refusals, kernel symbols and types, and the text sink wiring."""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+
+import pytest
+
+from probescope.events import EventType
+from probescope.sinks.print_fmt import (
+    NOT_REPRODUCED,
+    KernelSymbols,
+    KernelTypes,
+    PrintFmtContext,
+    PrintFmtError,
+    compile_print_fmt,
+    register_tracepoint,
+    registered_body,
+    tracepoint_printer,
+)
+from probescope.sinks.text import TextSink
+from probescope.spec.model import ArgType, ProbeKind
+from unit.print_fmt.support import event, event_format, event_type, render
+
+KALLSYMS = """\
+ffffffff81000000 T srso_alias
+ffffffff81000000 T _stext
+ffffffff81000100 T foo
+ffffffff81000100 t foo_alias
+ffffffff81000180 T bar
+ffffffff81000200 T _etext
+ffffffff82000000 T _sinittext
+ffffffff82000010 T init_fn
+ffffffff82000100 T _einittext
+ffffffffc0000000 t mod_fn\t[mymod]
+ffffffffc0000040 t mod_fn2\t[mymod]
+"""
+
+
+def symbols() -> KernelSymbols:
+    return KernelSymbols(io.StringIO(KALLSYMS))
+
+
+@pytest.mark.parametrize(
+    ("conversion", "address", "expected"),
+    [
+        ("%pS", 0xFFFFFFFF81000110, "foo+0x10/0x80"),
+        ("%ps", 0xFFFFFFFF81000110, "foo"),
+        ("%pS", 0xFFFFFFFF81000100, "foo+0x0/0x80"),
+        ("%pB", 0xFFFFFFFF81000180, "foo+0x80/0x80"),
+        ("%pS", 0xFFFFFFFF81000190, "bar+0x10/0x80"),
+        ("%ps", 0xFFFFFFFF81000004, "srso_alias"),
+        ("%pS", 0xFFFFFFFF81000200, "0xffffffff81000200"),
+        ("%pS", 0xFFFFFFFF82000030, "init_fn+0x20/0xf0"),
+        ("%pS", 0xFFFFFFFFC0000010, "mod_fn+0x10/0x40 [mymod]"),
+        ("%ps", 0xFFFFFFFFC0000010, "mod_fn [mymod]"),
+        ("%pS", 0xFFFFFFFFC0000050, "0xffffffffc0000050"),
+        ("%pS", 0, "0x0"),
+        ("%pS", 0x7F0012345678, "0x7f0012345678"),
+        ("%-20ps|", 0xFFFFFFFF81000110, "foo                 |"),
+    ],
+)
+def test_symbols(conversion: str, address: int, expected: str) -> None:
+    context = PrintFmtContext(symbols=symbols())
+    fmt = f'"{conversion}", (void *)REC->ip'
+    assert render(["unsigned long ip;8;0"], fmt, address, context=context) == expected
+
+
+def test_symbol_subset_answers_like_the_whole_table() -> None:
+    table = symbols()
+    addresses = [0xFFFFFFFF81000110, 0xFFFFFFFF81000180, 0xFFFFFFFF82000030]
+    subset = KernelSymbols(io.StringIO(table.subset(addresses)))
+    for address in addresses:
+        for backtrace in (False, True):
+            assert subset.symbol(address, backtrace=backtrace) == table.symbol(
+                address, backtrace=backtrace
+            )
+
+
+def test_a_table_without_addresses_is_refused() -> None:
+    from probescope.errors import RingBufferFormatError
+
+    hidden = re.sub(r"(?m)^[0-9a-f]{16}", "0" * 16, KALLSYMS)
+    with pytest.raises(RingBufferFormatError, match="no addresses"):
+        KernelSymbols(io.StringIO(hidden))
+
+
+def _btf() -> bytes:
+    strings = b"\0int\0mode\0MODE_A\0MODE_B\0BIG\0__kernel_rwf_t\0s\0m\0"
+
+    def at(name: bytes) -> int:
+        return strings.index(b"\0" + name + b"\0") + 1
+
+    types = b"".join(
+        [
+            struct.pack("<IIII", at(b"int"), 1 << 24, 4, 1 << 24 | 32),
+            struct.pack("<III", at(b"mode"), 1 << 31 | 6 << 24 | 2, 4),
+            struct.pack("<Ii", at(b"MODE_A"), 0),
+            struct.pack("<Ii", at(b"MODE_B"), -1),
+            struct.pack("<III", 0, 19 << 24 | 1, 8),
+            struct.pack("<III", at(b"BIG"), 0, 1 << 8),
+            struct.pack("<III", at(b"__kernel_rwf_t"), 8 << 24, 1),
+            struct.pack("<III", at(b"s"), 4 << 24 | 1, 4),
+            struct.pack("<III", at(b"m"), 1, 0),
+        ]
+    )
+    header = struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, len(types), len(types), len(strings))
+    return header + types + strings
+
+
+def test_kernel_types_from_btf() -> None:
+    types = KernelTypes.from_btf(_btf())
+    assert types.enums == {"MODE_A": 0, "MODE_B": -1, "BIG": 1 << 40}
+    assert types.typedefs == {"__kernel_rwf_t": (4, True)}
+    context = PrintFmtContext(types=types, enums={"MODE_A": 5})
+    fmt = '"%d %d %lld %u", MODE_A, MODE_B, BIG, (__kernel_rwf_t)-1'
+    assert render(["int v;4;1"], fmt, 0, context=context) == "5 -1 1099511627776 4294967295"
+
+
+def test_btf_with_a_bad_magic_is_refused() -> None:
+    from probescope.errors import RingBufferFormatError
+
+    with pytest.raises(RingBufferFormatError, match="magic"):
+        KernelTypes.from_btf(b"\0" * 32)
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    fields = ["void * ptr;8;0", "const char * name;8;0", "unsigned long ip;8;0"]
+    fmt = event_format(
+        fields,
+        '"%p %s %pS %d %d %d %d %d", REC->ptr, REC->name, (void *)REC->ip, '
+        "jiffies_to_msecs(REC->ip), jiffies, UNKNOWN_ENUM, "
+        "({ int x = 1; x; }), REC->nothing",
+    )
+    with pytest.raises(PrintFmtError) as caught:
+        compile_print_fmt(fmt, event_type(fmt))
+    problems = caught.value.problems
+    assert len(problems) == 8
+    assert "hash-ptr" in problems[0]
+    assert "%s of a ptr" in problems[1]
+    assert "kernel's symbols" in problems[2]
+    assert "jiffies_to_msecs()" in problems[3]
+    assert "'jiffies'" in problems[4] and "'UNKNOWN_ENUM'" in problems[5]
+    assert "statement expression" in problems[6]
+    assert "no field 'nothing'" in problems[7]
+    assert caught.value.label == "demo/demo"
+
+
+def test_missing_arguments_and_parse_errors() -> None:
+    with pytest.raises(PrintFmtError, match="has no argument"):
+        compile_print_fmt(event_format(["int a;4;1"], '"%d %d", REC->a'))
+    with pytest.raises(PrintFmtError, match="cannot parse"):
+        compile_print_fmt(event_format(["int a;4;1"], '"%d", REC->a +'))
+    with pytest.raises(PrintFmtError, match="does not start with a string"):
+        compile_print_fmt(event_format(["int a;4;1"], "REC->a"))
+
+
+def test_plain_pointers_follow_the_instance_hash_ptr_option() -> None:
+    fields = ["void * ptr;8;0"]
+    assert render(fields, '"%p|%px", REC->ptr, REC->ptr', 0xABC) == (
+        "0000000000000abc|0000000000000abc"
+    )
+    hashed = PrintFmtContext(hash_pointers=True)
+    assert render(fields, '"%px", REC->ptr', 0xABC, context=hashed) == "0000000000000abc"
+    with pytest.raises(PrintFmtError, match="hash-ptr is on"):
+        render(fields, '"%p", REC->ptr', 0xABC, context=hashed)
+    with pytest.raises(PrintFmtError, match="flags or a width"):
+        render(fields, '"%16p", REC->ptr', 0xABC)
+
+
+def _line(printer_text: str) -> bytes:
+    return f"            demo-42      [000] .....     0.001000: {printer_text}\n".encode()
+
+
+def test_registered_tracepoints_print_like_trace_in_the_text_sink() -> None:
+    fmt = event_format(["int a;4;1", "char comm[16];16;1"], '"a=%d comm=%s", REC->a, REC->comm')
+    kind = event_type(fmt)
+    register_tracepoint(kind, fmt)
+    stream = io.BytesIO()
+    sink = TextSink(stream)
+    sink.write(event(kind, -3, "sh"))
+    assert stream.getvalue() == _line("demo: a=-3 comm=sh")
+    assert tracepoint_printer(kind, fmt)(event(kind, 4, "x")) == "demo: a=4 comm=x"
+
+
+def test_unregistered_tracepoints_keep_the_field_printer() -> None:
+    fmt = event_format(["int a;4;1"], '"a=%d", REC->a')
+    s32 = ArgType("int", "s32", 4, True)
+    kind = EventType("demo", "other", ProbeKind.TRACEPOINT, ("a",), (s32,), system="demo")
+    assert registered_body(kind) is None
+    stream = io.BytesIO()
+    TextSink(stream).write(event(kind, 7))
+    assert stream.getvalue() == _line("other: a=7")
+    del fmt
+
+
+def test_unsupported_formats_are_refused_unless_the_caller_asks_for_the_fallback() -> None:
+    fmt = event_format(["int a;4;1"], '"a=%d j=%lu", REC->a, jiffies')
+    kind = event_type(fmt)
+    with pytest.raises(PrintFmtError, match="jiffies"):
+        register_tracepoint(kind, fmt)
+    register_tracepoint(kind, fmt, fallback=True)
+    stream = io.BytesIO()
+    TextSink(stream).write(event(kind, 5))
+    assert stream.getvalue() == _line(f"demo: {NOT_REPRODUCED} a=5")
