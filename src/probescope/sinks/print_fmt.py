@@ -322,18 +322,31 @@ class PrintFmtContext:
     `%p` prints a keyed hash of the address that cannot be reproduced, so formats with `%p`
     are refused; off, `%p` prints the address (`%px`). `symbols` serve `%pS`/`%ps`/`%pB`;
     `types` resolve enum names and typedefs the format leaves as names; `enums` adds names
-    of your own (they win over `types`).
+    of your own (they win over `types`). `strings` (`printk_formats`: address to text of each
+    `tracepoint_string()`) lets `%s` print a kernel pointer such as rcu_utilization's; a
+    pointer that is not among them cannot be printed, which only the record can tell (see
+    `register_tracepoint`'s `fallback`).
     """
 
     hash_pointers: bool = True
     symbols: KernelSymbols | None = None
     types: KernelTypes | None = None
     enums: Mapping[str, int] = field(default_factory=dict)
+    strings: Mapping[int, str] | None = None
 
     @classmethod
-    def running_kernel(cls, *, hash_pointers: bool = True) -> PrintFmtContext:
-        """Symbols from /proc/kallsyms and types from /sys/kernel/btf/vmlinux, where readable."""
-        return cls(hash_pointers, KernelSymbols.load(), KernelTypes.load())
+    def running_kernel(
+        cls, *, hash_pointers: bool = True, tracefs: str | Path = "/sys/kernel/tracing"
+    ) -> PrintFmtContext:
+        """Symbols from /proc/kallsyms, types from /sys/kernel/btf/vmlinux and strings from
+        tracefs's `printk_formats`, each where readable."""
+        try:
+            strings: dict[int, str] | None = parse_printk_formats(
+                (Path(tracefs) / "printk_formats").read_text("utf-8", "surrogateescape")
+            )
+        except OSError:
+            strings = None
+        return cls(hash_pointers, KernelSymbols.load(), KernelTypes.load(), strings=strings)
 
     def enum_value(self, name: str) -> int | None:
         if name in self.enums:
@@ -347,6 +360,21 @@ class PrintFmtContext:
             size, signed = self.types.typedefs[name]
             return _int(size, signed)
         return None
+
+
+_PRINTK_FORMAT = re.compile(r'^0x([0-9a-fA-F]+) : "(.*)"$')
+
+
+def parse_printk_formats(text: str) -> dict[int, str]:
+    """tracefs `printk_formats` (`0xADDR : "TEXT"` per line) as {address: text}; the kernel
+    escapes newlines, tabs and quotes there (kernel/trace/trace_printk.c `t_show`)."""
+    strings: dict[int, str] = {}
+    for line in text.splitlines():
+        match = _PRINTK_FORMAT.match(line)
+        if match:
+            body = match.group(2).replace("\\n", "\n").replace("\\t", "\t")
+            strings[int(match.group(1), 16)] = body.replace('\\"', '"')
+    return strings
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1209,7 +1237,24 @@ def _hex_string(data: bytes, width: int, separator: str) -> str:
     return data[:length].hex(separator) if separator else data[:length].hex()
 
 
+def _kernel_string(address: int, strings: Mapping[int, str]) -> str:
+    """`%s` of a kernel pointer: `string()`'s NULL and bad-pointer texts, else the text of a
+    `tracepoint_string()`."""
+    if address == 0:
+        return "(null)"
+    if address < 4096 or address >= _MASK64 - 4095:
+        return "(efault)"
+    text = strings.get(address)
+    if text is None:
+        raise RingBufferFormatError(
+            f"%s of kernel address {address:#x}, which is not a tracepoint_string in "
+            "printk_formats: its text is in kernel memory"
+        )
+    return text
+
+
 _RUNTIME: dict[str, Any] = {
+    "_pf_kernel_string": _kernel_string,
     "_pf_number": _number,
     "_pf_string": _string,
     "_pf_cstring": _cstring,
@@ -1304,6 +1349,7 @@ class _Compiler:
         self.hash_pointers = context.hash_pointers
         self.problems: list[str] = []
         self.helpers: dict[str, Any] = {}
+        self.may_fail = False
         self.positions = {name: index for index, name in enumerate(arg_names)}
         self.fields = {f.name: f for f in event_format.all_fields}
 
@@ -1516,6 +1562,7 @@ class _Compiler:
             if rhs.is_constant and rhs.constant == 0:
                 raise _Unsupported(f"{_shorten(node.text)!r}: division by zero")
             helper = "_pf_cdiv" if op == "/" else "_pf_cmod"
+            self.may_fail = True
             self.helpers[helper] = _c_divide if op == "/" else _c_modulo
             return self.fold(_wrap(f"{helper}({lhs.source}, {rhs.source})", ctype), ctype, lhs, rhs)
         raise _Unsupported(f"operator {op!r}")
@@ -1696,6 +1743,7 @@ class _Compiler:
             raise _Unsupported(f"{_shorten(node.text)!r}: expected (buffer, length)")
         data = self.exact_buffer(self.expr(node.children[0]), node)
         length = self.convert(self.expr(node.children[1]), _INT, node)
+        self.may_fail = True
         return _Code(f"_pf_print_hex({data.source}, {length.source}, {concatenate})", _STR)
 
     def call__print_array(self, node: _Node) -> _Code:
@@ -1706,6 +1754,7 @@ class _Compiler:
         size = self.expr(node.children[2])
         if not size.is_constant or size.constant not in (1, 2, 4, 8):
             raise _Unsupported(f"{_shorten(node.text)!r}: element size is not 1, 2, 4 or 8")
+        self.may_fail = True
         return _Code(f"_pf_print_array({data.source}, {count.source}, {size.constant})", _STR)
 
     def call__print_dynamic_array(self, node: _Node) -> _Code:
@@ -1723,6 +1772,7 @@ class _Compiler:
         if not size.is_constant or size.constant not in (1, 2, 4, 8):
             raise _Unsupported(f"{_shorten(node.text)!r}: element size is not 1, 2, 4 or 8")
         count = f"_pf_dynamic_length({source}) // {size.constant}"
+        self.may_fail = True
         return _Code(f"_pf_print_array({source}, {count}, {size.constant})", _STR)
 
     def call__print_ns_to_secs(self, node: _Node) -> _Code:
@@ -1800,6 +1850,11 @@ class _Compiler:
             return _Code(f"_pf_buffer_string({code.source})", _STR)
         if code.type.kind in ("int", "ptr") and code.is_constant and code.constant == 0:
             return _Code(repr("(null)"), _STR, "(null)", True)
+        if code.type.kind in ("int", "ptr") and self.context.strings is not None:
+            address = self.convert(code, _ULONG, node)
+            table = self.helper(self.context.strings, "strings")
+            self.may_fail = True
+            return _Code(f"_pf_kernel_string({address.source}, {table})", _STR)
         raise _Unsupported(
             f"{_shorten(node.text)!r}: %s of a {code.type.describe()} (the kernel reads a "
             "string from kernel memory, which the record does not hold)"
@@ -2175,6 +2230,7 @@ class _PrintfCompiler:
             raise _Unsupported(f"%p of {_shorten(node.text)!r}: {reason}")
         if letter in ("M", "m", "I", "i", "U", "h", "b"):
             data = compiler.exact_buffer(code, node)
+            compiler.may_fail = True
             if letter in ("M", "m"):
                 call = f"_pf_mac({data.source}, {extension!r})"
             elif letter in ("I", "i"):
@@ -2230,6 +2286,10 @@ class CompiledPrintFmt:
     template: str
     values: tuple[str, ...]
     helpers: Mapping[str, Any] = field(default_factory=dict)
+    may_fail: bool = False
+    """Whether a record can hold what the print fmt cannot print (a buffer shorter than the
+    length it prints, a kernel string not in printk_formats, a division by zero): printing
+    such a record raises `RingBufferFormatError`."""
 
     def function(self) -> Printer:
         """The text after `NAME: ` as a function of the event."""
@@ -2285,7 +2345,11 @@ def compile_print_fmt(
     if compiler.problems:
         raise PrintFmtError(label, compiler.problems, print_fmt=event_format.print_fmt)
     return CompiledPrintFmt(
-        event_format, printf.template.text, tuple(printf.template.values), compiler.helpers
+        event_format,
+        printf.template.text,
+        tuple(printf.template.values),
+        compiler.helpers,
+        compiler.may_fail,
     )
 
 
@@ -2298,16 +2362,39 @@ def tracepoint_printer(
 ) -> Printer:
     """The whole event text as `trace` prints it: `NAME: ` and the evaluated print fmt.
 
-    With `fallback`, a print fmt that cannot be reproduced gives `NAME: <print fmt not
-    reproduced> FIELD=VALUE ...` instead of raising `PrintFmtError`.
+    With `fallback`, a print fmt that cannot be reproduced, or a record it cannot print (see
+    `CompiledPrintFmt.may_fail`), gives `NAME: <print fmt not reproduced> FIELD=VALUE ...`
+    instead of raising `PrintFmtError`/`RingBufferFormatError`.
     """
+    body = _body(event_type, event_format, context, fallback)
+    return body.compile(event_format.label) if isinstance(body, BodyTemplate) else body
+
+
+def _body(
+    event_type: EventType,
+    event_format: EventFormat,
+    context: PrintFmtContext | None,
+    fallback: bool,
+) -> BodyTemplate | Printer:
     try:
         compiled = compile_print_fmt(event_format, event_type, context)
     except PrintFmtError:
         if not fallback:
             raise
         return _fallback_printer(event_type)
-    return compiled.body(event_type.name).compile(event_format.label)
+    body = compiled.body(event_type.name)
+    if not (fallback and compiled.may_fail):
+        return body
+    exact = body.compile(event_format.label)
+    instead = _fallback_printer(event_type)
+
+    def guarded(event: Event) -> str:
+        try:
+            return exact(event)
+        except RingBufferFormatError:
+            return instead(event)
+
+    return guarded
 
 
 def _fallback_printer(event_type: EventType) -> Printer:
@@ -2355,14 +2442,8 @@ def register_tracepoint(
 
 def registered_body(event_type: EventType) -> BodyTemplate | Printer | None:
     """The text of a tracepoint event type given to `register_tracepoint` (a `BodyTemplate`,
-    or the fallback printer), None when it was not registered."""
+    or a printer where the fallback may be needed), None when it was not registered."""
     registration = _REGISTERED.get(event_type)
     if registration is None:
         return None
-    try:
-        compiled = compile_print_fmt(registration.event_format, event_type, registration.context)
-    except PrintFmtError:
-        if not registration.fallback:
-            raise
-        return _fallback_printer(event_type)
-    return compiled.body(event_type.name)
+    return _body(event_type, registration.event_format, registration.context, registration.fallback)

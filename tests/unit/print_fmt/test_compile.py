@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from probescope.errors import RingBufferFormatError
 from probescope.events import EventType
 from probescope.sinks.print_fmt import (
     NOT_REPRODUCED,
@@ -16,6 +17,7 @@ from probescope.sinks.print_fmt import (
     PrintFmtContext,
     PrintFmtError,
     compile_print_fmt,
+    parse_printk_formats,
     register_tracepoint,
     registered_body,
     tracepoint_printer,
@@ -80,8 +82,6 @@ def test_symbol_subset_answers_like_the_whole_table() -> None:
 
 
 def test_a_table_without_addresses_is_refused() -> None:
-    from probescope.errors import RingBufferFormatError
-
     hidden = re.sub(r"(?m)^[0-9a-f]{16}", "0" * 16, KALLSYMS)
     with pytest.raises(RingBufferFormatError, match="no addresses"):
         KernelSymbols(io.StringIO(hidden))
@@ -120,8 +120,6 @@ def test_kernel_types_from_btf() -> None:
 
 
 def test_btf_with_a_bad_magic_is_refused() -> None:
-    from probescope.errors import RingBufferFormatError
-
     with pytest.raises(RingBufferFormatError, match="magic"):
         KernelTypes.from_btf(b"\0" * 32)
 
@@ -205,3 +203,46 @@ def test_unsupported_formats_are_refused_unless_the_caller_asks_for_the_fallback
     stream = io.BytesIO()
     TextSink(stream).write(event(kind, 5))
     assert stream.getvalue() == _line(f"demo: {NOT_REPRODUCED} a=5")
+
+
+PRINTK_FORMATS = """\
+0xffffffff8281a73e : "Start scheduler-tick"
+0xffffffff8281a800 : "tab\\there \\"quoted\\" line\\n"
+"""
+
+
+def test_printk_formats_are_unescaped() -> None:
+    strings = parse_printk_formats(PRINTK_FORMATS)
+    assert strings == {
+        0xFFFFFFFF8281A73E: "Start scheduler-tick",
+        0xFFFFFFFF8281A800: 'tab\there "quoted" line\n',
+    }
+
+
+def test_kernel_strings_print_from_printk_formats() -> None:
+    context = PrintFmtContext(strings=parse_printk_formats(PRINTK_FORMATS))
+    fields = ["const char * s;8;0"]
+    assert render(fields, '"%s", REC->s', 0xFFFFFFFF8281A73E, context=context) == (
+        "Start scheduler-tick"
+    )
+    assert render(fields, '"%s|%s", REC->s, REC->s', 0, context=context) == "(null)|(null)"
+    assert render(fields, '"%s", REC->s', 16, context=context) == "(efault)"
+    with pytest.raises(RingBufferFormatError, match="not a tracepoint_string"):
+        render(fields, '"%s", REC->s', 0xFFFFFFFF81234567, context=context)
+    with pytest.raises(PrintFmtError, match="kernel memory"):
+        render(fields, '"%s", REC->s', 0xFFFFFFFF8281A73E)
+
+
+def test_records_a_compiled_format_cannot_print_fall_back_one_by_one() -> None:
+    context = PrintFmtContext(strings=parse_printk_formats(PRINTK_FORMATS))
+    fmt = event_format(["const char * s;8;0"], '"%s", REC->s')
+    kind = event_type(fmt)
+    assert compile_print_fmt(fmt, kind, context).may_fail
+    register_tracepoint(kind, fmt, context, fallback=True)
+    stream = io.BytesIO()
+    sink = TextSink(stream)
+    sink.write(event(kind, 0xFFFFFFFF8281A73E))
+    sink.write(event(kind, 0xFFFFFFFF81234567))
+    assert stream.getvalue() == _line("demo: Start scheduler-tick") + _line(
+        f"demo: {NOT_REPRODUCED} s={0xFFFFFFFF81234567}"
+    )
