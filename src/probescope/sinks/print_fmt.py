@@ -1253,7 +1253,12 @@ def _kernel_string(address: int, strings: Mapping[int, str]) -> str:
     return text
 
 
+def _syscall_argument(value: int) -> str:
+    return str(value) if value < 10 else f"0x{value:x}"
+
+
 _RUNTIME: dict[str, Any] = {
+    "_pf_syscall_argument": _syscall_argument,
     "_pf_kernel_string": _kernel_string,
     "_pf_number": _number,
     "_pf_string": _string,
@@ -2290,9 +2295,11 @@ class CompiledPrintFmt:
     """Whether a record can hold what the print fmt cannot print (a buffer shorter than the
     length it prints, a kernel string not in printk_formats, a division by zero): printing
     such a record raises `RingBufferFormatError`."""
+    named: bool = True
+    """False for events whose kernel printer does not start with `NAME: ` (syscalls)."""
 
     def function(self) -> Printer:
-        """The text after `NAME: ` as a function of the event."""
+        """The text after `NAME: ` (all of it for syscalls) as a function of the event."""
         namespace: dict[str, Any] = dict(_RUNTIME)
         namespace.update(self.helpers)
         values = "".join(f"{value}, " for value in self.values)
@@ -2306,7 +2313,8 @@ class CompiledPrintFmt:
         """The whole event text, `NAME: ...`, as the text sink's `BodyTemplate`."""
         helpers: dict[str, Any] = dict(_RUNTIME)
         helpers.update(self.helpers)
-        return BodyTemplate(name.replace("%", "%%") + ": " + self.template, self.values, helpers)
+        prefix = name.replace("%", "%%") + ": " if self.named else ""
+        return BodyTemplate(prefix + self.template, self.values, helpers)
 
 
 def compile_print_fmt(
@@ -2321,6 +2329,8 @@ def compile_print_fmt(
     arg_names = (
         event_type.arg_names if event_type is not None else [f.name for f in event_format.fields]
     )
+    if event_format.system == "syscalls":
+        return _compile_syscall(event_format, arg_names)
     compiler = _Compiler(event_format, arg_names, context)
     label = event_format.label
     if not event_format.print_fmt:
@@ -2351,6 +2361,40 @@ def compile_print_fmt(
         compiler.helpers,
         compiler.may_fail,
     )
+
+
+def _compile_syscall(event_format: EventFormat, arg_names: Sequence[str]) -> CompiledPrintFmt:
+    """`print_syscall_enter`/`print_syscall_exit` (kernel/trace/trace_syscalls.c), which `trace`
+    uses instead of the print fmt: `sys_NAME(arg: VALUE, ...)` with values under 10 in decimal
+    and the others as `0x%lx` (Linux 6.18; older kernels printed `%lx`), and `sys_NAME -> 0x%lx`.
+    Events that also record user-space strings (`__ARG_val` fields, newer kernels) are refused,
+    as is the `verbose` option's output (argument types)."""
+    label = event_format.label
+    name = event_format.name
+    fields = [f.name for f in event_format.fields]
+    missing = [f for f in fields if f not in arg_names]
+    if missing:
+        raise PrintFmtError(label, [f"fields {missing} are not among the event's values"])
+    wide = all(f.size == 8 and not f.is_dynamic for f in event_format.fields[1:])
+    if not fields or fields[0] != "__syscall_nr" or not wide:
+        raise PrintFmtError(
+            label,
+            [
+                f"a syscall event with fields {fields} (newer kernels add user-space strings "
+                "that `trace` prints its own way)"
+            ],
+        )
+    values = [f"(e[8][{arg_names.index(f)}] & {_MASK64:#x})" for f in fields[1:]]
+    call = "sys_" + name.split("_", 2)[-1]
+    if name.startswith("sys_enter_"):
+        arguments = ", ".join(field.replace("%", "%%") + ": %s" for field in fields[1:])
+        template = call.replace("%", "%%") + "(" + arguments + ")"
+        values = [f"_pf_syscall_argument{value}" for value in values]
+        return CompiledPrintFmt(event_format, template, tuple(values), named=False)
+    if name.startswith("sys_exit_") and fields[1:] == ["ret"]:
+        template = call.replace("%", "%%") + " -> 0x%x"
+        return CompiledPrintFmt(event_format, template, tuple(values), named=False)
+    raise PrintFmtError(label, [f"a syscall event named {name!r} with fields {fields}"])
 
 
 def tracepoint_printer(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import struct
 
 import pytest
 
+from probescope.engines.tracefs.format import EventFormat
 from probescope.errors import RingBufferFormatError
 from probescope.events import EventType
 from probescope.sinks.print_fmt import (
@@ -246,3 +248,41 @@ def test_records_a_compiled_format_cannot_print_fall_back_one_by_one() -> None:
     assert stream.getvalue() == _line("demo: Start scheduler-tick") + _line(
         f"demo: {NOT_REPRODUCED} s={0xFFFFFFFF81234567}"
     )
+
+
+def _syscall_format(name: str, fields: list[str], print_fmt: str) -> EventFormat:
+    fmt = event_format(["int __syscall_nr;4;1", *fields], print_fmt, name=name)
+    return dataclasses.replace(fmt, system="syscalls")
+
+
+def test_syscall_events_print_like_print_syscall_enter_and_exit() -> None:
+    enter = _syscall_format(
+        "sys_enter_openat",
+        ["int dfd;8;0", "const char * filename;8;0", "int flags;8;0", "umode_t mode;8;0"],
+        '"dfd: 0x%08lx, filename: 0x%08lx, flags: 0x%08lx, mode: 0x%08lx", '
+        "((unsigned long)(REC->dfd)), ((unsigned long)(REC->filename)), "
+        "((unsigned long)(REC->flags)), ((unsigned long)(REC->mode))",
+    )
+    exit_ = _syscall_format("sys_exit_openat", ["long ret;8;1"], '"0x%lx", REC->ret')
+    getpid = _syscall_format("sys_enter_getpid", [], '""')
+    kind = event_type(enter)
+    printer = tracepoint_printer(kind, enter)
+    assert printer(event(kind, 257, 0xFFFFFF9C, 0x7FFC1000, 9, 10)) == (
+        "sys_openat(dfd: 0xffffff9c, filename: 0x7ffc1000, flags: 9, mode: 0xa)"
+    )
+    kind = event_type(exit_)
+    assert tracepoint_printer(kind, exit_)(event(kind, 257, -2)) == (
+        "sys_openat -> 0xfffffffffffffffe"
+    )
+    kind = event_type(getpid)
+    assert tracepoint_printer(kind, getpid)(event(kind, 39)) == "sys_getpid()"
+
+
+def test_syscall_events_with_user_strings_are_refused() -> None:
+    enter = _syscall_format(
+        "sys_enter_openat",
+        ["int dfd;8;0", "const char * filename;8;0", "__data_loc char[] __filename_val;4;0"],
+        '"dfd: 0x%08lx", ((unsigned long)(REC->dfd))',
+    )
+    with pytest.raises(PrintFmtError, match="user-space strings"):
+        compile_print_fmt(enter)
