@@ -23,6 +23,9 @@ class EventType:
     arg_types: tuple[ArgType, ...] = ()
     system: str | None = None  # tracepoints: the events/ subsystem, which is the group
     fields: tuple[str, ...] = field(default=(), compare=False)
+    # The kernel's description of the record (an engines.tracefs EventFormat) when the events
+    # came from trace events: what a printer needs to print them as the kernel does.
+    format: Any = field(default=None, compare=False)
 
 
 class Event(NamedTuple):

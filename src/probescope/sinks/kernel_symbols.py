@@ -1,106 +1,193 @@
-"""Kernel addresses as the kernel's `%pS`/`%ps` print them, from /proc/kallsyms.
+"""Kernel addresses as the kernel's `%pS`/`%ps`/`%pB` print them, from /proc/kallsyms.
 
-`%pS` is `name+0xoff/0xsize [module]`, where size runs to the next symbol's address (the
-kernel's kallsyms_lookup_size_offset); `%ps` is the bare name. Unknown addresses print as
-`0x...` like the kernel does.
+The text sink uses it for kprobe and function-tracer lines and the `symbol` type; the print-fmt
+interpreter for tracepoints. Tests point it at a table of their own with `use_kernel_symbols`.
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
-from dataclasses import dataclass
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO
+
+from probescope.errors import RingBufferFormatError
+
+_MASK64 = (1 << 64) - 1
 
 
-@dataclass(frozen=True)
-class KernelSymbol:
-    name: str
-    address: int
-    size: int
-    module: str | None
+class KernelSymbols:
+    """The kernel's symbol table as `/proc/kallsyms` lists it, for `sprint_symbol`'s text.
 
+    Lookups follow kernel/kallsyms.c: an address inside the core kernel's text (or init text,
+    or anywhere up to `_end` when the table holds data symbols, CONFIG_KALLSYMS_ALL) names the
+    first symbol listed at the highest address not above it, its size running to the next
+    higher address in the table or to the end of its section (`get_symbol_pos`). An address
+    among a module's symbols (`[name]` entries: modules, BPF, ftrace trampolines) names its
+    closest symbol with ` [module]` appended while a higher symbol of that module bounds it;
+    past a module's last symbol the size is unknown here, and like any other address (user
+    space, no symbol) it prints as `0x...`.
+    """
 
-class Kallsyms:
-    """Symbols by address; sizes run to the next symbol of the same object (the kernel
-    proper or one module), as kallsyms_lookup_size_offset and module_address_lookup do."""
-
-    def __init__(self, text: str) -> None:
-        by_object: dict[str | None, list[tuple[int, str]]] = {}
+    def __init__(self, stream: IO[str] | IO[bytes]) -> None:
+        text = stream.read()
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        core: list[tuple[int, str, str]] = []
+        modules: dict[str, list[tuple[int, str, str]]] = {}
+        specials: dict[str, int] = {}
+        data_symbols = 0
         for line in text.splitlines():
             parts = line.split()
-            if len(parts) < 3:
+            if len(parts) not in (3, 4):
                 continue
-            address = int(parts[0], 16)
-            if address == 0:
+            try:
+                address = int(parts[0], 16)
+            except ValueError:
                 continue
-            module = parts[3].strip("[]") if len(parts) > 3 else None
-            by_object.setdefault(module, []).append((address, parts[2]))
-        self._symbols: list[tuple[int, str, str | None, int]] = []
-        for module, entries in by_object.items():
-            entries.sort()
-            for index, (address, name) in enumerate(entries):
-                following = index + 1
-                while following < len(entries) and entries[following][0] == address:
-                    following += 1
-                if following < len(entries):
-                    size = entries[following][0] - address
-                    self._symbols.append((address, name, module, size))
-        self._symbols.sort()
-        self._addresses = [symbol[0] for symbol in self._symbols]
-
-    def __bool__(self) -> bool:
-        return bool(self._symbols)
-
-    def lookup(self, address: int) -> tuple[KernelSymbol, int] | None:
-        """(symbol, offset into it) or None outside every known symbol."""
-        index = bisect.bisect_right(self._addresses, address) - 1
-        while index >= 0:
-            start, name, module, size = self._symbols[index]
-            if address < start + size:
-                return KernelSymbol(name, start, size, module), address - start
-            if index and self._symbols[index - 1][0] == start:
-                index -= 1
+            kind, name = parts[1], parts[2]
+            if len(parts) == 4:
+                modules.setdefault(parts[3].strip("[]"), []).append((address, kind, name))
                 continue
-            return None
-        return None
+            core.append((address, kind, name))
+            if name in _SECTION_MARKS:
+                specials.setdefault(name, address)
+            if kind in "dDbB":
+                data_symbols += 1
+        core.sort(key=lambda entry: entry[0])
+        self.entries = core
+        self.addresses = [address for address, _, _ in core]
+        self.modules = {
+            module: sorted(entries, key=lambda entry: entry[0])
+            for module, entries in modules.items()
+        }
+        self.text_start = specials.get("_stext", 0)
+        self.text_end = specials.get("_etext", 0)
+        self.init_start = specials.get("_sinittext", 0)
+        self.init_end = specials.get("_einittext", 0)
+        self.kernel_end = specials.get("_end", 0)
+        self.all_symbols = bool(self.kernel_end) and data_symbols > 1
+        if not any(self.addresses) or not self.text_end:
+            raise RingBufferFormatError(
+                "the kernel symbol table has no addresses",
+                hint="read /proc/kallsyms as root (kptr_restrict hides addresses otherwise)",
+            )
 
     @classmethod
-    def load(cls) -> Kallsyms:
-        """The running kernel's symbols (read once), or the table given to `use()`."""
-        return _override[0] if _override else _running_kernel()
+    def from_path(cls, path: str | Path) -> KernelSymbols:
+        with open(path, "rb") as stream:
+            return cls(stream)
 
-    @staticmethod
-    def use(table: Kallsyms | None) -> None:
-        """Print with `table` instead of /proc/kallsyms (None: back to the running kernel)."""
-        _override.clear()
-        if table is not None:
-            _override.append(table)
+    @classmethod
+    def load(cls, path: str | Path = "/proc/kallsyms") -> KernelSymbols | None:
+        """The running kernel's symbols, or None when they are not readable with addresses."""
+        try:
+            return cls.from_path(path)
+        except (OSError, RingBufferFormatError):
+            return None
 
-    def print_symbol_offset(self, address: int) -> str:
-        """`%pS`: `name+0xoff/0xsize` (with ` [module]` for module symbols)."""
-        found = self.lookup(address)
+    def _is_kernel(self, address: int) -> bool:
+        if self.all_symbols:
+            return self.text_start <= address <= self.kernel_end
+        return (
+            self.text_start <= address < self.text_end or self.init_start <= address < self.init_end
+        )
+
+    def _core_index(self, address: int) -> int | None:
+        index = bisect.bisect_right(self.addresses, address) - 1
+        if index < 0:
+            return None
+        start = self.addresses[index]
+        while index and self.addresses[index - 1] == start:
+            index -= 1
+        return index
+
+    def lookup(self, address: int) -> tuple[str, int, int, str | None] | None:
+        """(name, offset, size, module) of the symbol holding `address`, or None."""
+        if self._is_kernel(address):
+            index = self._core_index(address)
+            if index is None:
+                return None
+            start = self.addresses[index]
+            after = bisect.bisect_right(self.addresses, start)
+            if after < len(self.addresses):
+                end = self.addresses[after]
+            elif self.init_start <= address < self.init_end:
+                end = self.init_end
+            elif self.all_symbols:
+                end = self.kernel_end
+            else:
+                end = self.text_end
+            return self.entries[index][2], address - start, end - start, None
+        for module, entries in self.modules.items():
+            if not entries[0][0] <= address < entries[-1][0]:
+                continue
+            starts = [entry[0] for entry in entries]
+            index = bisect.bisect_right(starts, address) - 1
+            start = starts[index]
+            while index and starts[index - 1] == start:
+                index -= 1
+            end = starts[bisect.bisect_right(starts, start)]
+            return entries[index][2], address - start, end - start, module
+        return None
+
+    def symbol(self, address: int, *, offset: bool = True, backtrace: bool = False) -> str:
+        """`sprint_symbol` (`%pS`), `sprint_symbol_no_offset` (`%ps`) or `sprint_backtrace`
+        (`%pB`, which names the call before a return address) for a 64-bit address."""
+        shift = 1 if backtrace else 0
+        found = self.lookup((address - shift) & _MASK64)
         if found is None:
             return f"0x{address:x}"
-        symbol, offset = found
-        text = f"{symbol.name}+0x{offset:x}/0x{symbol.size:x}"
-        return f"{text} [{symbol.module}]" if symbol.module else text
+        name, within, size, module = found
+        text = f"{name}+{within + shift:#x}/{size:#x}" if offset else name
+        return f"{text} [{module}]" if module else text
 
-    def print_symbol(self, address: int) -> str:
-        """`%ps`: the symbol name (with ` [module]`), or the address."""
-        found = self.lookup(address)
-        if found is None:
-            return f"0x{address:x}"
-        symbol, _ = found
-        return f"{symbol.name} [{symbol.module}]" if symbol.module else symbol.name
+    def subset(self, addresses: Iterable[int]) -> str:
+        """`/proc/kallsyms` lines that give the same answers for `addresses` (for fixtures;
+        core kernel symbols only)."""
+        keep = {i for i, entry in enumerate(self.entries) if entry[2] in _SECTION_MARKS}
+        for address in addresses:
+            for probe in (address, (address - 1) & _MASK64):
+                if not self._is_kernel(probe):
+                    continue
+                index = self._core_index(probe)
+                if index is None:
+                    continue
+                keep.add(index)
+                after = bisect.bisect_right(self.addresses, self.addresses[index])
+                if after < len(self.addresses):
+                    keep.add(after)
+        return "".join(
+            f"{self.entries[i][0]:016x} {self.entries[i][1]} {self.entries[i][2]}\n"
+            for i in sorted(keep)
+        )
 
 
-_override: list[Kallsyms] = []
+_SECTION_MARKS = ("_stext", "_etext", "_sinittext", "_einittext", "_end")
+
+_override: list[KernelSymbols | None] = []
 
 
 @functools.cache
-def _running_kernel() -> Kallsyms:
-    try:
-        with open("/proc/kallsyms") as file:
-            return Kallsyms(file.read())
-    except OSError:
-        return Kallsyms("")
+def _running_kernel() -> KernelSymbols | None:
+    return KernelSymbols.load()
+
+
+def kernel_symbols() -> KernelSymbols | None:
+    """The table printers use: the one given to `use_kernel_symbols`, else the running
+    kernel's (None when /proc/kallsyms shows no addresses)."""
+    return _override[0] if _override else _running_kernel()
+
+
+def use_kernel_symbols(table: KernelSymbols | None, *, reset: bool = False) -> None:
+    """Print with `table` instead of /proc/kallsyms; `reset=True` goes back to the kernel's."""
+    _override.clear()
+    if not reset:
+        _override.append(table)
+
+
+def print_symbol(address: int, *, offset: bool = True) -> str:
+    """`%pS` (`name+0xoff/0xsize [module]`) or `%ps` (`name`); `0x...` when unknown."""
+    table = kernel_symbols()
+    return table.symbol(address, offset=offset) if table is not None else f"0x{address:x}"

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
 from probescope.sinks.base import OutputFormat, is_binary_stream
-from probescope.sinks.kernel_symbols import Kallsyms
+from probescope.sinks.kernel_symbols import print_symbol
 from probescope.spec.model import STRING_TYPES, ArgType, ProbeKind
 
 TRACE_FLAG_IRQS_OFF = 0x01
@@ -401,7 +401,7 @@ def _bytes(value: bytes | str) -> str:
 
 
 def _ksym(value: int) -> str:
-    return Kallsyms.load().print_symbol_offset(value)
+    return print_symbol(value)
 
 
 def _ksyms(values: tuple[int, ...]) -> str:
@@ -427,18 +427,17 @@ def kprobe_printer(event_type: EventType) -> Printer:
     arg_template = args.template.split(")", 1)[1]
     arg_values = args.values[2 if event_type.kind.is_return else 1 :]
     tail = BodyTemplate(arg_template, arg_values, args.helpers).compile(event_type.name)
-    symbols = Kallsyms.load()
     name = event_type.name
     if event_type.kind.is_return:
 
         def returned(e: Event) -> str:
-            caller = symbols.print_symbol_offset(e.ret_ip or 0)
-            return f"{name}: ({caller} <- {symbols.print_symbol(e.ip)}){tail(e)}"
+            caller = print_symbol(e.ret_ip or 0)
+            return f"{name}: ({caller} <- {print_symbol(e.ip, offset=False)}){tail(e)}"
 
         return returned
 
     def entered(e: Event) -> str:
-        return f"{name}: ({symbols.print_symbol_offset(e.ip)}){tail(e)}"
+        return f"{name}: ({print_symbol(e.ip)}){tail(e)}"
 
     return entered
 
@@ -446,13 +445,12 @@ def kprobe_printer(event_type: EventType) -> Printer:
 def function_printer(event_type: EventType) -> Printer:
     """`trace_fn_trace`: `func <-parent` (no event name), symbols as `%ps`."""
     del event_type
-    symbols = Kallsyms.load()
 
     def line(e: Event) -> str:
         ip, parent = e.args[0], e.args[1]
-        text = symbols.print_symbol(ip) if ip else "0"
+        text = print_symbol(ip, offset=False) if ip else "0"
         if parent:
-            text += " <-" + symbols.print_symbol(parent)
+            text += " <-" + print_symbol(parent, offset=False)
         return text
 
     return line
@@ -461,9 +459,17 @@ def function_printer(event_type: EventType) -> Printer:
 def tracepoint_body(event_type: EventType) -> BodyTemplate | Printer:
     """A tracepoint's text: its `print fmt` evaluated as `trace` does when the engine registered
     its format (`print_fmt.register_tracepoint`), else `field_printer`."""
-    from probescope.sinks.print_fmt import registered_body
+    from probescope.sinks.print_fmt import (
+        PrintFmtContext,
+        register_tracepoint,
+        registered_body,
+    )
 
     body = registered_body(event_type)
+    if body is None and event_type.format is not None:
+        context = PrintFmtContext.running_kernel(hash_pointers=False)
+        register_tracepoint(event_type, event_type.format, context, fallback=True)
+        body = registered_body(event_type)
     return field_printer(event_type) if body is None else body
 
 

@@ -109,3 +109,68 @@ def test_function_tracer_refusal_says_which_file() -> None:
         pytest.skip("this kernel allows the function tracer (covered by the VM tests)")
     finally:
         session.close()
+
+
+def test_tracepoint_text_equals_kernel_trace(loop: Path) -> None:
+    """Tracepoint lines printed from each event's `print fmt` are the kernel's lines."""
+    import io
+    import re
+    import subprocess
+
+    from probescope.engines.tracefs.instance import Instance
+    from probescope.engines.tracefs.ownership import Owner
+    from probescope.engines.tracefs.tracefs import Tracefs
+    from probescope.sinks.base import open_sink
+
+    specs = [
+        "t:sched:sched_process_exec",
+        "t:sched:sched_process_fork",
+        "t:sched:sched_process_exit",
+        "t:sched:sched_process_free",
+        "t:signal:signal_generate",
+        "t:signal:signal_deliver",
+        "t:task:task_rename",
+    ]
+    script = f"read line; {loop} 2 >/dev/null; sleep 0.01 & kill -USR1 $$ 2>/dev/null; wait"
+    proc = subprocess.Popen(["sh", "-c", f"trap : USR1; {script}"], stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    session = Session(specs, engine="tracefs", pids=[proc.pid])
+    out = io.BytesIO()
+    sink = open_sink("text", out)
+    witness = None
+    try:
+        session.start()
+        witness = Instance.create(Tracefs.discover(), Owner.current().instance_name(97))
+        witness.set_option("hash-ptr", False)
+        witness.set_clock("mono")
+        witness.set_event_pids([proc.pid])
+        for spec in specs:
+            system, event = spec.split(":")[1:]
+            witness.enable_event(system, event)
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        for batch in session.batches(duration=30):
+            sink.write_batch(batch)
+        expected = [
+            line for line in witness.read("trace").splitlines() if line and not line.startswith("#")
+        ]
+    finally:
+        if witness is not None:
+            witness.remove()
+        session.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    ours = out.getvalue().decode("utf-8", "surrogateescape").splitlines()
+    stamp = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
+
+    def shape(lines: list[str]) -> list[str]:
+        return [stamp.sub(lambda m: re.sub(r"\d", "9", m.group()), line) for line in lines]
+
+    assert len(ours) >= 6
+    assert {line.split(": ", 2)[1].split(":")[0] for line in ours} >= {
+        "sched_process_exec",
+        "sched_process_fork",
+        "sched_process_exit",
+    }
+    assert shape(ours) == shape(expected)

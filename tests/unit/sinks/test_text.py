@@ -8,7 +8,7 @@ import pytest
 
 from probescope.events import Event, EventBatch, EventType
 from probescope.sinks import text
-from probescope.sinks.kernel_symbols import Kallsyms
+from probescope.sinks.kernel_symbols import KernelSymbols, use_kernel_symbols
 from probescope.sinks.text import TextSink, lat_flags, lost_line
 from probescope.spec.model import ArgType, ProbeKind
 
@@ -127,6 +127,7 @@ ffffffff81234860 T vfs_write
 ffffffff81234a00 t ksys_read
 ffffffff81234b00 T do_sys_openat2
 ffffffff81234c00 T _etext
+ffffffff82000000 B _end
 ffffffffc0001000 t ext4_sync_fs	[ext4]
 ffffffffc0001100 t ext4_other	[ext4]
 """
@@ -134,18 +135,18 @@ ffffffffc0001100 t ext4_other	[ext4]
 
 @pytest.fixture(autouse=True)
 def known_kernel_symbols() -> object:
-    Kallsyms.use(Kallsyms(KALLSYMS))
+    use_kernel_symbols(KernelSymbols(io.StringIO(KALLSYMS)))
     yield
-    Kallsyms.use(None)
+    use_kernel_symbols(None, reset=True)
 
 
 def test_kernel_symbols_print_like_percent_ps() -> None:
-    table = Kallsyms(KALLSYMS)
-    assert table.print_symbol_offset(0xFFFFFFFF81234500) == "vfs_read+0x0/0x360"
-    assert table.print_symbol_offset(0xFFFFFFFF8123451B) == "vfs_read+0x1b/0x360"
-    assert table.print_symbol(0xFFFFFFFF8123451B) == "vfs_read"
-    assert table.print_symbol_offset(0xFFFFFFFFC0001004) == "ext4_sync_fs+0x4/0x100 [ext4]"
-    assert table.print_symbol(0x1000) == "0x1000"
+    table = KernelSymbols(io.StringIO(KALLSYMS))
+    assert table.symbol(0xFFFFFFFF81234500) == "vfs_read+0x0/0x360"
+    assert table.symbol(0xFFFFFFFF8123451B) == "vfs_read+0x1b/0x360"
+    assert table.symbol(0xFFFFFFFF8123451B, offset=False) == "vfs_read"
+    assert table.symbol(0xFFFFFFFFC0001004) == "ext4_sync_fs+0x4/0x100 [ext4]"
+    assert table.symbol(0x1000) == "0x1000"
 
 
 def test_kprobe_and_kretprobe_lines() -> None:

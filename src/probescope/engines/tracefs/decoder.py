@@ -395,6 +395,7 @@ def _compile_event(
             arg_types=tuple(arg_type for _, arg_type in named),
             system=group if kind is ProbeKind.TRACEPOINT else None,
             fields=tuple(f.name for f in event_format.fields),
+            format=event_format,
         )
     elif len(event_type.arg_names) != len(named):
         raise RingBufferFormatError(

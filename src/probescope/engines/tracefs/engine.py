@@ -142,6 +142,10 @@ class TracefsEngine:
             instance.tracing_on(False)
             instance.set_clock(self.clock)
             instance.set_option("record-tgid", True)
+            if instance.exists("options/hash-ptr"):
+                # %p in tracepoint text: the kernel's hash key is secret, so both sides print
+                # real pointers in this instance.
+                instance.set_option("hash-ptr", False)
             if self.buffer_size_kb:
                 instance.set_buffer_size_kb(self.buffer_size_kb)
             specs = self._session_specs(dynamic)
