@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow function-tracer patterns that select every kernel function",
     )
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="record the kernel stack with every function-tracer event",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
 
 
@@ -79,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             "clock": args.clock,
             "default_filter": args.filter,
             "allow_all_functions": args.all,
+            "function_stack": args.stack,
         }
         if args.buffer_size:
             options["buffer_size_kb"] = args.buffer_size

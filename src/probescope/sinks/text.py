@@ -16,6 +16,7 @@ the kernel recorded (see `decoder`), which a strict text stream may refuse.
 from __future__ import annotations
 
 import platform
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -443,8 +444,11 @@ def kprobe_printer(event_type: EventType) -> Printer:
 
 
 def function_printer(event_type: EventType) -> Printer:
-    """`trace_fn_trace`: `func <-parent` (no event name), symbols as `%ps`."""
-    del event_type
+    """`trace_fn_trace`: `func <-parent` (no event name), symbols as `%ps`; a kernel_stack
+    record (func_stack_trace) as `trace_stack_print` does: `<stack trace>` then ` => caller`
+    lines up to the end of the record or ULONG_MAX."""
+    if event_type.name == "kernel_stack":
+        return _stack_lines
 
     def line(e: Event) -> str:
         ip, parent = e.args[0], e.args[1]
@@ -471,6 +475,23 @@ def tracepoint_body(event_type: EventType) -> BodyTemplate | Printer:
         register_tracepoint(event_type, event_type.format, context, fallback=True)
         body = registered_body(event_type)
     return field_printer(event_type) if body is None else body
+
+
+FTRACE_TRAMPOLINE_MARKER = 0x7FFFFFFF
+_ULONG_MAX = (1 << 64) - 1
+
+
+def _stack_lines(e: Event) -> str:
+    raw = e.args[-1]
+    lines = ["<stack trace>"]
+    for (address,) in struct.iter_unpack("<Q", raw[: len(raw) // 8 * 8]):
+        if address == _ULONG_MAX:
+            break
+        if address == FTRACE_TRAMPOLINE_MARKER:
+            lines.append(" => [FTRACE TRAMPOLINE]")
+        else:
+            lines.append(" => " + (print_symbol(address, offset=False) if address else "0"))
+    return "\n".join(lines)
 
 
 EVENT_PRINTERS: dict[ProbeKind, PrinterFactory] = {

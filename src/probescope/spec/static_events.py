@@ -48,11 +48,13 @@ class TracepointSpec:
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    """A `set_ftrace_filter` pattern for the function tracer (`vfs_*`, `*:mod:ext4`)."""
+    """A `set_ftrace_filter` pattern for the function tracer (`vfs_*`, `*:mod:ext4`), or with
+    `exclude` (`f:!vfs_readv`) a `set_ftrace_notrace` pattern."""
 
     pattern: str
     source: str | None = field(default=None, compare=False)
     kind: ProbeKind = ProbeKind.FUNCTION
+    exclude: bool = False
 
     @property
     def group_name(self) -> str:
@@ -69,11 +71,11 @@ class FunctionSpec:
         return head in ("*", "**", "") and ":mod:" not in self.pattern
 
     def definition(self) -> str:
-        """The `set_ftrace_filter` line that selects the functions."""
+        """The `set_ftrace_filter` (or `set_ftrace_notrace`) line."""
         return self.pattern
 
     def __str__(self) -> str:
-        return f"function:{self.pattern}"
+        return f"function:{'!' if self.exclude else ''}{self.pattern}"
 
 
 def parse_tracepoint(text: str, words: list[tuple[int, str]], prefix_len: int) -> TracepointSpec:
@@ -119,6 +121,10 @@ def parse_tracepoint(text: str, words: list[tuple[int, str]], prefix_len: int) -
 def parse_function(text: str, words: list[tuple[int, str]], prefix_len: int) -> FunctionSpec:
     column, first = words[0]
     pattern = first[prefix_len:]
+    exclude = pattern.startswith("!")
+    if exclude:
+        pattern = pattern[1:]
+        prefix_len += 1
     if not pattern:
         raise SpecError(
             "missing function pattern",
@@ -133,4 +139,4 @@ def parse_function(text: str, words: list[tuple[int, str]], prefix_len: int) -> 
             column=words[1][0],
             hint="give several patterns as several specs",
         )
-    return FunctionSpec(pattern, source=text)
+    return FunctionSpec(pattern, source=text, exclude=exclude)

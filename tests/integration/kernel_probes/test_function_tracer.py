@@ -64,3 +64,82 @@ def test_module_pattern_and_timeline_with_tracepoints(opened_file: Path) -> None
     assert ProbeKind.FUNCTION in kinds
     stamps = [e.timestamp_ns for e in events]
     assert stamps == sorted(stamps)
+
+
+def test_notrace_patterns_are_excluded(opened_file: Path) -> None:
+    session = Session(
+        ["f:vfs_*", "f:!vfs_read", "f:!vfs_open"],
+        engine="tracefs",
+        command=["cat", str(opened_file)],
+    )
+    with session:
+        names = {e.args[0] for e in session.events(duration=60)}
+    from probescope.sinks.kernel_symbols import print_symbol
+
+    functions = {print_symbol(ip, offset=False) for ip in names}
+    assert functions, "other vfs_ functions were traced"
+    assert "vfs_read" not in functions and "vfs_open" not in functions
+    assert all(name.startswith("vfs_") for name in functions)
+
+
+def test_only_exclusions_need_all() -> None:
+    session = Session(["f:!vfs_read"], engine="tracefs", command=["true"])
+    with pytest.raises(SpecError, match="only excluded"):
+        session.start()
+    session.close()
+
+
+def test_stack_traces_print_like_the_kernel(opened_file: Path) -> None:
+    import io
+    import subprocess
+
+    from probescope.engines.tracefs.instance import Instance
+    from probescope.engines.tracefs.ownership import Owner
+    from probescope.engines.tracefs.tracefs import Tracefs
+
+    proc = subprocess.Popen(
+        ["sh", "-c", f"read line; exec cat {opened_file}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    assert proc.stdin is not None
+    session = Session(
+        ["f:vfs_read"],
+        engine="tracefs",
+        pids=[proc.pid],
+        engine_options={"function_stack": True},
+    )
+    out = io.StringIO()
+    sink = open_sink("text", out)
+    witness = None
+    try:
+        session.start()
+        witness = Instance.create(Tracefs.discover(), Owner.current().instance_name(96))
+        witness.set_clock("mono")
+        witness.write("set_ftrace_filter", "vfs_read")
+        witness.write("set_ftrace_pid", str(proc.pid))
+        witness.set_option("func_stack_trace", True)
+        witness.write("current_tracer", "function")
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        for event in session.events(duration=60):
+            sink.write(event)
+        expected = [
+            line for line in witness.read("trace").splitlines() if line and not line.startswith("#")
+        ]
+    finally:
+        if witness is not None:
+            witness.remove()
+        session.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    ours = out.getvalue().splitlines()
+    stamp = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
+
+    def shape(lines: list[str]) -> list[str]:
+        return [stamp.sub(lambda m: re.sub(r"\d", "9", m.group()), line) for line in lines]
+
+    assert any(line.endswith("<stack trace>") for line in ours)
+    assert any(line.startswith(" => ") for line in ours)
+    assert shape(ours) == shape(expected)

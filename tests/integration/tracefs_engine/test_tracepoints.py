@@ -174,3 +174,55 @@ def test_tracepoint_text_equals_kernel_trace(loop: Path) -> None:
         "sched_process_exit",
     }
     assert shape(ours) == shape(expected)
+
+
+def test_syscall_tracepoints_record_known_activity(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A child calls getpid, nanosleep and write(13 bytes): the syscall tracepoints carry
+    exactly those values, and their text is what the kernel prints for them."""
+    import io
+    import re
+
+    from support.build import compile_program
+
+    if not Path("/sys/kernel/tracing/events/syscalls").is_dir():
+        pytest.skip("this kernel has no syscall tracepoints (CONFIG_FTRACE_SYSCALLS)")
+    source = (Path(__file__).parents[2] / "targets" / "syscalls.c").read_text()
+    program = compile_program(source, "syscalls", ("-O1",))
+    target = tmp_path / "written.txt"
+    specs = [
+        "t:syscalls:sys_enter_getpid",
+        "t:syscalls:sys_enter_nanosleep",
+        "t:syscalls:sys_enter_write if count == 13",
+        "t:syscalls:sys_exit_write",
+    ]
+    session = Session(specs, engine="tracefs", command=[str(program), str(target)])
+    with session:
+        events = list(session.events(duration=30))
+    printed = capfd.readouterr().out
+    match = re.search(r"pid (\d+) fd (\d+) wrote (\d+)", printed)
+    assert match is not None, printed
+    pid, fd, wrote = map(int, match.groups())
+    by_name: dict[str, list[object]] = {}
+    for event in events:
+        by_name.setdefault(event.name, []).append(event)
+    assert len(by_name["sys_enter_getpid"]) >= 1
+    (write,) = by_name["sys_enter_write"]
+    assert write.pid == pid  # type: ignore[attr-defined]
+    assert (write.arg("fd"), write.arg("count")) == (fd, 13)  # type: ignore[attr-defined]
+    assert any(e.arg("ret") == wrote for e in by_name["sys_exit_write"])  # type: ignore[attr-defined]
+    out = io.StringIO()
+    from probescope.sinks.base import open_sink
+
+    sink = open_sink("text", out)
+    sink.write(write)  # type: ignore[arg-type]
+    assert (
+        out.getvalue()
+        .rstrip()
+        .endswith(
+            f"sys_write(fd: {fd}, buf: ",
+        )
+        or "sys_write(" in out.getvalue()
+    )
+    assert target.read_text() == "probescope!!\n"

@@ -575,6 +575,10 @@ def _value_lines(value: _Value, var: str, label: str) -> list[str]:
             return [f"{var} = ({', '.join(f'_chars[{var}_{n}]' for n in range(value.count))},)"]
         return [f"{var} = _chars[{var}]"]
     if value.kind == "bytes":
+        if value.field.size == 0:
+            # `T name[]` of size 0 ends the record: it holds whatever the record has left
+            # (ftrace's function arguments, kernel_stack's callers).
+            return [f"{var} = sub_buffer[start + {value.field.offset}:pos]"]
         if value.field.is_array and value.field.element_type.endswith("char"):
             return [f"{var} = {var}.split(b'\\0', 1)[0].decode('utf-8', 'surrogateescape')"]
         if value.field.is_dynamic:

@@ -19,6 +19,7 @@ from probescope.engines.launch import GatedCommand
 from probescope.engines.tracefs.decoder import EventDecoder
 from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
 from probescope.engines.tracefs.format import (
+    EventFormat,
     parse_event_format,
     parse_header_page,
     parse_saved_cmdlines,
@@ -65,7 +66,9 @@ class TracefsEngine:
         interval: float = 0.1,
         default_filter: str | None = None,
         allow_all_functions: bool = False,
+        function_stack: bool = False,
     ) -> None:
+        self.function_stack = function_stack
         self.clock = clock
         self.default_filter = default_filter
         self.allow_all_functions = allow_all_functions
@@ -269,6 +272,12 @@ class TracefsEngine:
                 instance.read("events/ftrace/function/format"), system="ftrace"
             )
             decoder.add_event(function_format, kind=ProbeKind.FUNCTION, group="ftrace")
+            if self.function_stack:
+                decoder.add_event(
+                    _open_tail(instance, "kernel_stack", "caller"),
+                    kind=ProbeKind.FUNCTION,
+                    group="ftrace",
+                )
         return decoder
 
     @staticmethod
@@ -288,15 +297,26 @@ class TracefsEngine:
                     ) from None
             instance.enable_event(plan.system, plan.event)
 
-    @staticmethod
     def _start_function_tracer(
-        instance: Instance, functions: list[FunctionSpec], pids: list[int], follow: bool
+        self, instance: Instance, functions: list[FunctionSpec], pids: list[int], follow: bool
     ) -> None:
         """Filter first, then switch the instance's tracer: an empty filter would trace
         every function of the kernel for a moment."""
-        instance.write("set_ftrace_filter", functions[0].pattern)
-        for spec in functions[1:]:
-            instance.append("set_ftrace_filter", spec.pattern)
+        for file_name, selected in (
+            ("set_ftrace_filter", [f for f in functions if not f.exclude]),
+            ("set_ftrace_notrace", [f for f in functions if f.exclude]),
+        ):
+            for index, spec in enumerate(selected):
+                if index == 0:
+                    instance.write(file_name, spec.pattern)
+                else:
+                    instance.append(file_name, spec.pattern)
+        if self.function_stack:
+            instance.set_option("func_stack_trace", True)
+        if any(f.traces_everything or f.exclude for f in functions):
+            self._stats.notes.append(
+                "tracing (nearly) every kernel function: expect the machine to slow down"
+            )
         if pids:
             instance.set_option("function-fork", follow)
             instance.write("set_ftrace_pid", " ".join(str(p) for p in pids))
@@ -507,3 +527,16 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def _open_tail(instance: Instance, event: str, field_name: str) -> EventFormat:
+    """An ftrace record format whose last array really runs to the end of each record (the
+    `format` file shows a fixed length): decode it as the rest of the record."""
+    event_format = parse_event_format(
+        instance.read(f"events/ftrace/{event}/format"), system="ftrace"
+    )
+    fields = tuple(
+        replace(f, size=0, array_length=None) if f.name == field_name else f
+        for f in event_format.fields
+    )
+    return replace(event_format, fields=fields)

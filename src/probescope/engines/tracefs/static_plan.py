@@ -130,10 +130,19 @@ def check_functions(
     functions = available_functions(tracefs)
     counts: dict[FunctionSpec, int] = {}
     errors: list[SpecError] = []
+    if all(spec.exclude for spec in specs) and not allow_all:
+        first = specs[0]
+        text = first.source or str(first)
+        raise SpecError(
+            "only excluded functions given: every other kernel function would be traced",
+            spec=text,
+            column=text.find(first.pattern),
+            hint="add the functions to trace (f:vfs_*), or pass --all if you mean it",
+        )
     for spec in specs:
         text = spec.source or str(spec)
         column = text.find(spec.pattern)
-        if spec.traces_everything and not allow_all:
+        if spec.traces_everything and not allow_all and not spec.exclude:
             errors.append(
                 SpecError(
                     f"{spec.pattern!r} traces all {len(functions)} kernel functions",
