@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from probescope.engines.tracefs.instance import Instance
 from probescope.errors import SpecError
 from probescope.session import Session
 from probescope.sinks.base import open_sink
 from probescope.spec.model import ProbeKind
+from support.witness import record_both, same_but_time
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("function_tracer")]
 
@@ -90,56 +92,19 @@ def test_only_exclusions_need_all() -> None:
 
 
 def test_stack_traces_print_like_the_kernel(opened_file: Path) -> None:
-    import io
-    import subprocess
-
-    from probescope.engines.tracefs.instance import Instance
-    from probescope.engines.tracefs.ownership import Owner
-    from probescope.engines.tracefs.tracefs import Tracefs
-
-    proc = subprocess.Popen(
-        ["sh", "-c", f"read line; exec cat {opened_file}"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-    )
-    assert proc.stdin is not None
-    session = Session(
-        ["f:vfs_read"],
-        engine="tracefs",
-        pids=[proc.pid],
-        engine_options={"function_stack": True},
-    )
-    out = io.StringIO()
-    sink = open_sink("text", out)
-    witness = None
-    try:
-        session.start()
-        witness = Instance.create(Tracefs.discover(), Owner.current().instance_name(96))
-        witness.set_clock("mono")
+    def arm(witness: Instance, engine: object) -> None:
         witness.write("set_ftrace_filter", "vfs_read")
-        witness.write("set_ftrace_pid", str(proc.pid))
+        witness.write("set_ftrace_pid", witness.read("set_event_pid").strip())
         witness.set_option("func_stack_trace", True)
         witness.write("current_tracer", "function")
-        proc.stdin.write(b"go\n")
-        proc.stdin.close()
-        for event in session.events(duration=60):
-            sink.write(event)
-        expected = [
-            line for line in witness.read("trace").splitlines() if line and not line.startswith("#")
-        ]
-    finally:
-        if witness is not None:
-            witness.remove()
-        session.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    ours = out.getvalue().splitlines()
-    stamp = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
 
-    def shape(lines: list[str]) -> list[str]:
-        return [stamp.sub(lambda m: re.sub(r"\d", "9", m.group()), line) for line in lines]
-
+    ours, expected = record_both(
+        ["f:vfs_read"],
+        ["sh", "-c", f"read line; exec cat {opened_file}"],
+        arm,
+        serial=96,
+        engine_options={"function_stack": True},
+    )
     assert any(line.endswith("<stack trace>") for line in ours)
     assert any(line.startswith(" => ") for line in ours)
-    assert shape(ours) == shape(expected)
+    assert same_but_time(ours) == same_but_time(expected)

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from probescope.engines.tracefs.engine import TracefsEngine
-from probescope.engines.tracefs.instance import Instance
-from probescope.engines.tracefs.ownership import Owner
-from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import ProbescopeError
 from probescope.session import Session
-from probescope.sinks.base import open_sink
 from probescope.spec.model import ProbeKind
+from support.witness import record_both, same_but_time
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("kprobes")]
 
@@ -55,55 +49,19 @@ def test_unknown_kernel_symbol_is_refused_with_the_kernel_reason() -> None:
     session.close()
 
 
-_TIMESTAMP = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
-
-
 def test_kprobe_text_equals_kernel_trace(opened_file: Path) -> None:
     specs = [
         f"k:{OPEN} dfd=arg1:s32 name=+0(arg2):ustring how=arg3:x64",
         f"kr:{OPEN} fd=retval:s32",
     ]
-    # The shell waits for a line, so both instances are armed before `cat` opens anything.
-    proc = subprocess.Popen(
+    ours, expected = record_both(
+        specs,
         ["sh", "-c", f"read line; exec cat {opened_file}"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
+        lambda witness, engine: witness.enable_group(engine.group or ""),
+        serial=98,
     )
-    assert proc.stdin is not None
-    session = Session(specs, engine="tracefs", pids=[proc.pid])
-    out = io.StringIO()
-    sink = open_sink("text", out)
-    witness = None
-    try:
-        session.start()
-        engine = session.engine
-        assert isinstance(engine, TracefsEngine) and engine.group is not None
-        witness = Instance.create(Tracefs.discover(), Owner.current().instance_name(98))
-        witness.set_clock("mono")
-        witness.set_event_pids([proc.pid])
-        witness.enable_group(engine.group)
-        proc.stdin.write(b"go\n")
-        proc.stdin.close()
-        for event in session.events(duration=60):
-            sink.write(event)
-        expected = [
-            line for line in witness.read("trace").splitlines() if line and not line.startswith("#")
-        ]
-    finally:
-        if witness is not None:
-            witness.remove()
-        session.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    ours = out.getvalue().splitlines()
     assert ours, "events arrived"
-
-    def shape(lines: list[str]) -> list[str]:
-        return [_TIMESTAMP.sub(lambda m: re.sub(r"\d", "9", m.group()), line) for line in lines]
-
-    assert shape(ours) == shape(expected)
+    assert same_but_time(ours) == same_but_time(expected)
     assert any("(do_sys_openat2+0x0/0x" in line for line in ours)
-    assert any(
-        re.search(r"\(\S+\+0x[0-9a-f]+/0x[0-9a-f]+ <- do_sys_openat2\)", line) for line in ours
-    )
+    returned = re.compile(r"\(\S+\+0x[0-9a-f]+/0x[0-9a-f]+ <- do_sys_openat2\)")
+    assert any(returned.search(line) for line in ours)

@@ -3,19 +3,12 @@ printed by the kernel's own `trace` file and compared byte for byte with the tex
 
 from __future__ import annotations
 
-import io
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from probescope.engines.tracefs.engine import TracefsEngine
-from probescope.engines.tracefs.instance import Instance
-from probescope.engines.tracefs.ownership import Owner
-from probescope.engines.tracefs.tracefs import Tracefs, running_kernel_grammar
-from probescope.session import Session
-from probescope.sinks.base import open_sink
+from probescope.engines.tracefs.tracefs import running_kernel_grammar
+from support.witness import record_both, same_but_time
 
 pytestmark = pytest.mark.root
 
@@ -30,52 +23,15 @@ if "char" in running_kernel_grammar().types:
     SPECS.append("{t}:named c=+0(arg1):char cs=+0(arg1):char[3]")
 
 
-_TIMESTAMP = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
-
-
-def same_but_time(lines: list[str]) -> list[str]:
-    """Each instance stamps its own copy of an event a few hundred ns apart: keep the
-    timestamp's shape (width, precision) and drop its digits."""
-    return [_TIMESTAMP.sub(lambda m: re.sub(r"\d", "9", m.group()), line) for line in lines]
-
-
-def kernel_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line and not line.startswith("#")]
-
-
 @pytest.mark.parametrize("clock", ["mono", "local"])
 def test_text_sink_equals_kernel_trace(loop: Path, clock: str) -> None:
-    proc = subprocess.Popen([str(loop), "9", "wait"], stdin=subprocess.PIPE)
-    assert proc.stdin is not None
-    specs = [s.format(t=loop) for s in SPECS]
-    out = io.StringIO()
-    sink = open_sink("text", out)
-    session = Session(specs, engine="tracefs", pids=[proc.pid], engine_options={"clock": clock})
-    witness = None
-    try:
-        session.start()
-        engine = session.engine
-        assert isinstance(engine, TracefsEngine) and engine.group is not None
-        tracefs = Tracefs.discover()
-        witness = Instance.create(tracefs, Owner.current().instance_name(99))
-        witness.set_clock(clock)
-        witness.set_event_pids([proc.pid])
-        witness.enable_group(engine.group)
-        proc.stdin.write(b"go\n")
-        proc.stdin.flush()
-        for event in session.events(duration=20):
-            sink.write(event)
-        sink.close()
-        expected = kernel_lines(witness.read("trace"))
-    finally:
-        if witness is not None:
-            witness.remove()
-        session.close()
-        proc.stdin.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    ours = out.getvalue().splitlines()
+    ours, expected = record_both(
+        [s.format(t=loop) for s in SPECS],
+        [str(loop), "9", "wait"],
+        lambda witness, engine: witness.enable_group(engine.group or ""),
+        serial=99,
+        clock=clock,
+    )
     assert len(ours) == 9 * len(SPECS)
     assert same_but_time(ours) == same_but_time(expected)
     assert ours != same_but_time(ours)

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from probescope.engines.tracefs.instance import Instance
 from probescope.errors import SpecError, SpecErrors, TracefsError
 from probescope.session import Session
 from probescope.spec.model import ProbeKind
+from support.witness import record_both, same_but_time
 
 pytestmark = pytest.mark.root
 
@@ -113,15 +115,6 @@ def test_function_tracer_refusal_says_which_file() -> None:
 
 def test_tracepoint_text_equals_kernel_trace(loop: Path) -> None:
     """Tracepoint lines printed from each event's `print fmt` are the kernel's lines."""
-    import io
-    import re
-    import subprocess
-
-    from probescope.engines.tracefs.instance import Instance
-    from probescope.engines.tracefs.ownership import Owner
-    from probescope.engines.tracefs.tracefs import Tracefs
-    from probescope.sinks.base import open_sink
-
     specs = [
         "t:sched:sched_process_exec",
         "t:sched:sched_process_fork",
@@ -132,48 +125,19 @@ def test_tracepoint_text_equals_kernel_trace(loop: Path) -> None:
         "t:task:task_rename",
     ]
     script = f"read line; {loop} 2 >/dev/null; sleep 0.01 & kill -USR1 $$ 2>/dev/null; wait"
-    proc = subprocess.Popen(["sh", "-c", f"trap : USR1; {script}"], stdin=subprocess.PIPE)
-    assert proc.stdin is not None
-    session = Session(specs, engine="tracefs", pids=[proc.pid])
-    out = io.BytesIO()
-    sink = open_sink("text", out)
-    witness = None
-    try:
-        session.start()
-        witness = Instance.create(Tracefs.discover(), Owner.current().instance_name(97))
-        witness.set_option("hash-ptr", False)
-        witness.set_clock("mono")
-        witness.set_event_pids([proc.pid])
+
+    def arm(witness: Instance, engine: object) -> None:
         for spec in specs:
-            system, event = spec.split(":")[1:]
-            witness.enable_event(system, event)
-        proc.stdin.write(b"go\n")
-        proc.stdin.close()
-        for batch in session.batches(duration=30):
-            sink.write_batch(batch)
-        expected = [
-            line for line in witness.read("trace").splitlines() if line and not line.startswith("#")
-        ]
-    finally:
-        if witness is not None:
-            witness.remove()
-        session.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    ours = out.getvalue().decode("utf-8", "surrogateescape").splitlines()
-    stamp = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
+            witness.enable_event(*spec.split(":")[1:])
 
-    def shape(lines: list[str]) -> list[str]:
-        return [stamp.sub(lambda m: re.sub(r"\d", "9", m.group()), line) for line in lines]
-
+    ours, expected = record_both(specs, ["sh", "-c", f"trap : USR1; {script}"], arm, serial=97)
     assert len(ours) >= 6
     assert {line.split(": ", 2)[1].split(":")[0] for line in ours} >= {
         "sched_process_exec",
         "sched_process_fork",
         "sched_process_exit",
     }
-    assert shape(ours) == shape(expected)
+    assert same_but_time(ours) == same_but_time(expected)
 
 
 def test_syscall_tracepoints_record_known_activity(

@@ -1,0 +1,89 @@
+"""A witness instance: the same events recorded a second time in a tracefs instance of the
+test's own, whose `trace` file (the kernel's own printer) the text sink is compared with."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from probescope.engines.tracefs.engine import TracefsEngine
+from probescope.engines.tracefs.instance import Instance
+from probescope.engines.tracefs.ownership import Owner
+from probescope.engines.tracefs.tracefs import Tracefs
+from probescope.session import Session
+from probescope.sinks.base import open_sink
+
+_TIMESTAMP = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
+
+
+def same_but_time(lines: list[str]) -> list[str]:
+    """Each instance stamps its own copy of an event a moment apart: keep the timestamp's shape
+    (width, precision) and drop its digits."""
+    return [_TIMESTAMP.sub(lambda m: re.sub(r"\d", "9", m.group()), line) for line in lines]
+
+
+def trace_lines(instance: Instance) -> list[str]:
+    """The event lines of an instance's `trace` file (the header comments left out)."""
+    return [
+        line for line in instance.read("trace").splitlines() if line and not line.startswith("#")
+    ]
+
+
+@contextmanager
+def witness(
+    serial: int, *, clock: str = "mono", pids: list[int] | None = None
+) -> Iterator[Instance]:
+    """A private instance named after this process (reaped like a session's if the test dies),
+    removed on the way out."""
+    instance = Instance.create(Tracefs.discover(), Owner.current().instance_name(serial))
+    try:
+        instance.set_clock(clock)
+        if instance.exists("options/hash-ptr"):
+            instance.set_option("hash-ptr", False)
+        if pids:
+            instance.set_event_pids(pids)
+        yield instance
+    finally:
+        instance.remove()
+
+
+def record_both(
+    specs: list[str],
+    argv: list[str],
+    arm_witness: Callable[[Instance, TracefsEngine], None],
+    *,
+    serial: int,
+    clock: str = "mono",
+    engine_options: dict[str, Any] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Run `argv` (it must wait for a line on stdin before doing its work) under a session of
+    `specs` and, armed by `arm_witness`, a witness instance; return (our text lines, the
+    kernel's lines from the witness's `trace`)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    assert proc.stdin is not None
+    options = {"clock": clock, **(engine_options or {})}
+    session = Session(specs, engine="tracefs", pids=[proc.pid], engine_options=options)
+    out = io.BytesIO()
+    sink = open_sink("text", out)
+    try:
+        session.start()
+        engine = session.engine
+        assert isinstance(engine, TracefsEngine) and engine.group is not None
+        with witness(serial, clock=clock, pids=[proc.pid]) as instance:
+            arm_witness(instance, engine)
+            proc.stdin.write(b"go\n")
+            proc.stdin.close()
+            for batch in session.batches(duration=60):
+                sink.write_batch(batch)
+            expected = trace_lines(instance)
+    finally:
+        session.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    ours = out.getvalue().decode("utf-8", "surrogateescape").splitlines()
+    return ours, expected
