@@ -43,5 +43,13 @@ def opened_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def loop() -> Path:
+    from support.build import compile_program
+
+    source = (Path(__file__).parents[2] / "targets" / "loop.c").read_text()
+    return compile_program(source, "loop", ("-O1", "-g"))
+
+
 def in_guest() -> bool:
     return bool(os.environ.get("PROBESCOPE_GUEST_KERNEL"))

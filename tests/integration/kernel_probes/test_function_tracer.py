@@ -94,13 +94,16 @@ def test_only_exclusions_need_all() -> None:
 def test_stack_traces_print_like_the_kernel(opened_file: Path) -> None:
     def arm(witness: Instance, engine: object) -> None:
         witness.write("set_ftrace_filter", "vfs_read")
+        witness.set_option("function-fork", True)
         witness.write("set_ftrace_pid", witness.read("set_event_pid").strip())
         witness.set_option("func_stack_trace", True)
         witness.write("current_tracer", "function")
 
+    # No exec in a traced process: the kernel prints every line with the comm a task has when
+    # `trace` is read, probescope with the comm it had when the event was decoded.
     ours, expected = record_both(
         ["f:vfs_read"],
-        ["sh", "-c", f"read line; exec cat {opened_file}"],
+        ["sh", "-c", f"read line; cat {opened_file} >/dev/null"],
         arm,
         serial=96,
         engine_options={"function_stack": True},
