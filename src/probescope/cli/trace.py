@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
 def print_summary(summary: Summary, stream: IO[str]) -> None:
     console = Console(file=stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
-    kernel_hits = summary.stats.hits if summary.stats else {}
+    kernel_hits = summary.stats.hits if summary.stats and summary.engine == "tracefs" else {}
     misses = summary.stats.misses if summary.stats else {}
     table.add_column("event")
     table.add_column("hits", justify="right")
