@@ -4,6 +4,7 @@ every exit path (normal end, exceptions, Ctrl-C, SIGTERM, SIGHUP)."""
 from __future__ import annotations
 
 import contextlib
+import operator
 import signal
 import time
 from collections import Counter
@@ -14,12 +15,15 @@ from typing import Any
 
 from probescope.engines.base import Engine, EngineStats, Target
 from probescope.engines.registry import create_engine
+from probescope.engines.tracefs.tracefs import running_kernel_grammar
 from probescope.errors import ProbescopeError
 from probescope.events import Event, EventBatch
 from probescope.spec.arch import Arch
 from probescope.spec.parse import Spec
 from probescope.spec.resolved import ResolvedProbe
 from probescope.symbols.resolve import resolve_specs
+
+_TYPE = operator.attrgetter("type")
 
 
 class Terminated(ProbescopeError):
@@ -108,7 +112,9 @@ class Session:
             raise ProbescopeError("give either a command or pids, not both")
         resolve_pid = pids[0] if len(pids) == 1 else None
         self.probes = (
-            list(probes) if probes is not None else resolve_specs(specs, pid=resolve_pid, arch=arch)
+            list(probes)
+            if probes is not None
+            else resolve_specs(specs, pid=resolve_pid, arch=arch, grammar=running_kernel_grammar())
         )
         if not self.probes:
             raise ProbescopeError("no probes to trace", hint="give at least one probe spec")
@@ -198,14 +204,15 @@ class Session:
         hits, kinds = self.hits, self.kinds
         for item in self.engine.events():
             batch = item if isinstance(item, EventBatch) else EventBatch([item])
-            self.lost += batch.lost
+            if batch.lost:
+                self.lost += max(batch.lost, 1)
             events = batch.events
             if count is not None and seen + len(events) >= count:
                 events = events[: count - seen]
                 batch = EventBatch(events, batch.lost, batch.cpu)
-            for event in events:
-                hits[f"{event.type.group}/{event.type.name}"] += 1
-                kinds[event.type.kind.value] += 1
+            for event_type, hits_of_type in Counter(map(_TYPE, events)).items():
+                hits[f"{event_type.group}/{event_type.name}"] += hits_of_type
+                kinds[event_type.kind.value] += hits_of_type
             seen += len(events)
             yield batch
             if count is not None and seen >= count:
@@ -226,7 +233,7 @@ class Session:
 
     def summary(self, reason: str = "end") -> Summary:
         stats = self.engine.stats() if self.engine is not None else None
-        lost = max(self.lost, stats.lost if stats else 0)
+        lost = stats.lost if stats else self.lost
         return Summary(
             engine=self.engine.name if self.engine else self.engine_name,
             duration=time.monotonic() - self._started if self._started else 0.0,

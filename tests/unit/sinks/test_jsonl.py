@@ -89,3 +89,22 @@ def test_batches_losses_and_binary_streams() -> None:
     assert lines[2] == {"lost": None, "cpu": 0}
     assert lines[3] == lines[1]
     assert not stream.closed
+
+
+def test_compiled_lines_equal_the_json_encoder_on_captured_events() -> None:
+    """The per-type compiled printer writes exactly what the JSON encoder writes for `record`,
+    on every event decoded from the pages captured from the kernel (with and without specs)."""
+    from fixtures.captured import case_paths, load_case
+    from probescope.sinks.jsonl import _encode
+
+    checked = 0
+    for path in case_paths():
+        case = load_case(path)
+        for with_specs in (True, False):
+            sink = JsonLinesSink(io.StringIO())
+            for event in case.events(case.decoder(with_specs=with_specs)):
+                expected = _encode(sink.record(event)) + "\n"
+                assert sink.format(event) == expected
+                assert json.loads(expected) == sink.record(event)
+                checked += 1
+    assert checked > 1000

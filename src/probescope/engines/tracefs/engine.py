@@ -10,7 +10,11 @@ detach: close readers → read the loss counters → rmdir the instance (which d
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import operator
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -44,6 +48,9 @@ from probescope.spec.resolved import ResolvedProbe
 from probescope.spec.static_events import FunctionSpec, TracepointSpec
 
 UNKNOWN_COMM = "<...>"
+_TIMESTAMP = operator.itemgetter(0)
+FINAL_DRAIN_SECONDS = 2.0
+_TID = operator.itemgetter(3)
 
 
 @dataclass
@@ -83,6 +90,8 @@ class TracefsEngine:
         self._pids: tuple[int, ...] = ()
         self._tasks_checked: set[int] = set()
         self._stats = EngineStats()
+        self._page_lost = 0
+        self._ring_lost = 0
         self._detached = False
         self.group: str | None = None
         self.definitions: list[str] = []
@@ -362,7 +371,7 @@ class TracefsEngine:
         saved_tgids (record-tgid is on in our instance) at each CPU's next context switch,
         so a task seen for the first time is looked up there, then in /proc."""
         checked = self._tasks_checked
-        fresh = {e.tid for e in batch.events if e.tid not in checked or e.comm == UNKNOWN_COMM}
+        fresh = set(map(_TID, batch.events)) - checked
         if not fresh or self._tracefs is None:
             return
         saved_comms = parse_saved_cmdlines(self._tracefs.read("saved_cmdlines"))
@@ -403,36 +412,67 @@ class TracefsEngine:
         reader, decoder = self._reader, self._decoder
         if reader is None or decoder is None:
             raise ProbescopeError("the tracefs engine is not attached")
-        ending = False
+        ending_since: float | None = None
         while not self._detached:
-            pages = list(reader.drain())
-            batch = self._merge([decoder.decode(data, cpu) for cpu, data in pages])
-            self._stats.lost += batch.lost
+            batches = [decoder.decode(data, cpu) for cpu, data in reader.drain()]
+            for batch in batches:
+                if batch.lost:
+                    self._page_lost += max(batch.lost, 1)  # -1: lost, count unknown
+                    yield EventBatch([], batch.lost, batch.cpu)
+            batch = self._merge(batches)
             self._name_tasks(decoder, batch)
             yield batch
-            if ending:
-                return
+            if reader.more:
+                continue
+            if ending_since is not None:
+                if self._buffer_drained() or time.monotonic() - ending_since > FINAL_DRAIN_SECONDS:
+                    return
+                reader.wait(0.005)
+                continue
             if self._target_ended():
-                ending = True  # one more drain for what the last moments recorded
+                # Drain what the last moments recorded. A read can come back empty while
+                # records remain (the kernel's reader page was being swapped), so stop only
+                # when the ring buffer itself says it holds no more entries.
+                ending_since = time.monotonic()
                 continue
             reader.wait()
 
+    def _buffer_drained(self) -> bool:
+        instance = self._installed.instance
+        if instance is None:
+            return True
+        try:
+            return all(instance.cpu_stats(cpu).entries == 0 for cpu in instance.cpus())
+        except TracefsError:
+            return True
+
     @staticmethod
     def _merge(batches: list[EventBatch]) -> EventBatch:
-        lost = sum(max(b.lost, 1) for b in batches if b.lost)  # -1: lost, count unknown
+        """One time-ordered batch of a round's sub-buffers (each already in order); their
+        losses were reported separately, per CPU."""
         if not batches:
-            return EventBatch([], lost)
+            return EventBatch([])
         if len(batches) == 1:
-            return EventBatch(batches[0].events, lost)
-        events: list[Event] = [event for batch in batches for event in batch.events]
-        events.sort(key=lambda e: e.timestamp_ns)
-        return EventBatch(events, lost)
+            return EventBatch(batches[0].events, 0, batches[0].cpu)
+        by_cpu: dict[int | None, list[Event]] = {}
+        for batch in batches:
+            by_cpu.setdefault(batch.cpu, []).extend(batch.events)
+        if len(by_cpu) == 1:
+            return EventBatch(next(iter(by_cpu.values())))
+        return EventBatch(list(heapq.merge(*by_cpu.values(), key=_TIMESTAMP)))
 
     # -- teardown -------------------------------------------------------------------------
 
     def stats(self) -> EngineStats:
+        """Counters so far; while attached the loss is read live from the ring buffer."""
         if self._command is not None and self._command.returncode is not None:
             self._stats.extra["command_status"] = self._command.returncode
+        instance = self._installed.instance
+        if instance is not None and not self._detached:
+            with contextlib.suppress(TracefsError):
+                self._ring_lost = sum(instance.cpu_stats(cpu).lost for cpu in instance.cpus())
+        self._stats.lost = max(self._page_lost, self._ring_lost)
+        self._stats.extra["ring_buffer_lost"] = self._ring_lost
         return self._stats
 
     def _read_profiles(self) -> None:
@@ -477,12 +517,8 @@ class TracefsEngine:
         self._read_profiles()
         instance = self._installed.instance
         if instance is not None:
-            try:
-                ring_lost = sum(instance.cpu_stats(cpu).lost for cpu in instance.cpus())
-                self._stats.lost = max(self._stats.lost, ring_lost)
-                self._stats.extra["ring_buffer_lost"] = ring_lost
-            except TracefsError:
-                pass
+            with contextlib.suppress(TracefsError):
+                self._ring_lost = sum(instance.cpu_stats(cpu).lost for cpu in instance.cpus())
             try:
                 instance.remove()
             except TracefsError as error:

@@ -31,12 +31,16 @@ class LiveReader:
             self.close()
             raise
         self.pages_read = 0
+        self.more = False
 
-    def drain(self) -> Iterator[tuple[int, bytes]]:
-        """Every sub-buffer readable right now, CPU by CPU."""
+    def drain(self, limit: int = 64) -> Iterator[tuple[int, bytes]]:
+        """The sub-buffers readable right now, at most `limit` per CPU, CPU by CPU; `more` is
+        then set when a CPU had more (read again before waiting). Bounding a round bounds
+        memory: a large ring buffer is consumed in slices, never all at once."""
         size = self.subbuffer_size
+        self.more = False
         for cpu, fd in self.fds.items():
-            while True:
+            for _ in range(limit):
                 try:
                     data = os.read(fd, size)
                 except BlockingIOError:
@@ -49,6 +53,8 @@ class LiveReader:
                     break
                 self.pages_read += 1
                 yield cpu, data
+            else:
+                self.more = True
 
     def wait(self, timeout: float | None = None) -> None:
         """Sleep until a buffer is `buffer_percent` full or `timeout` (default: interval)."""
