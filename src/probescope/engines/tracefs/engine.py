@@ -158,8 +158,9 @@ class TracefsEngine:
                 # %p in tracepoint text: the kernel's hash key is secret, so both sides print
                 # real pointers in this instance.
                 instance.set_option("hash-ptr", False)
-            if self.buffer_size_kb:
-                instance.set_buffer_size_kb(self.buffer_size_kb)
+            instance.set_buffer_size_kb(
+                self.buffer_size_kb or _default_buffer_kb(len(instance.cpus()))
+            )
             specs = self._session_specs(dynamic)
             self._install(tracefs, specs)
             self._decoder = self._build_decoder(instance, specs, tracepoints, bool(functions))
@@ -537,6 +538,12 @@ class TracefsEngine:
                 "teardown left kernel state behind: " + "; ".join(e.message for e in errors),
                 hint="run `probescope cleanup --all` once the cause is fixed",
             )
+
+
+def _default_buffer_kb(cpus: int) -> int:
+    """Ring buffer per CPU: 64 MiB of kernel memory in all, 1.4 to 16 MiB per CPU — enough
+    for bursts of several hundred thousand events per second while the reader catches up."""
+    return max(1410, min(16384, 65536 // max(cpus, 1)))
 
 
 def _task_of(tid: int) -> tuple[str | None, int | None]:
