@@ -50,6 +50,7 @@ from probescope.spec.static_events import FunctionSpec, TracepointSpec
 UNKNOWN_COMM = "<...>"
 _TIMESTAMP = operator.itemgetter(0)
 FINAL_DRAIN_SECONDS = 2.0
+COMM_REFRESH_SECONDS = 0.05
 _TID = operator.itemgetter(3)
 
 
@@ -89,6 +90,7 @@ class TracefsEngine:
         self._command: GatedCommand | None = None
         self._pids: tuple[int, ...] = ()
         self._tasks_checked: set[int] = set()
+        self._comms_read_at = 0.0
         self._stats = EngineStats()
         self._page_lost = 0
         self._ring_lost = 0
@@ -367,6 +369,16 @@ class TracefsEngine:
 
     # -- events ---------------------------------------------------------------------------
 
+    def _refresh_comms(self, decoder: EventDecoder) -> None:
+        """Follow renames (exec, prctl) the way the kernel's own printer does: saved_cmdlines,
+        read again at most every COMM_REFRESH_SECONDS, names the tasks of the next records."""
+        now = time.monotonic()
+        if now - self._comms_read_at < COMM_REFRESH_SECONDS or self._tracefs is None:
+            return
+        self._comms_read_at = now
+        with contextlib.suppress(TracefsError):
+            decoder.update_comms(parse_saved_cmdlines(self._tracefs.read("saved_cmdlines")))
+
     def _name_tasks(self, decoder: EventDecoder, batch: EventBatch) -> None:
         """Records carry only the thread id. The kernel names tasks in saved_cmdlines and
         saved_tgids (record-tgid is on in our instance) at each CPU's next context switch,
@@ -415,7 +427,10 @@ class TracefsEngine:
             raise ProbescopeError("the tracefs engine is not attached")
         ending_since: float | None = None
         while not self._detached:
-            batches = [decoder.decode(data, cpu) for cpu, data in reader.drain()]
+            pages = list(reader.drain())
+            if pages:
+                self._refresh_comms(decoder)
+            batches = [decoder.decode(data, cpu) for cpu, data in pages]
             for batch in batches:
                 if batch.lost:
                     self._page_lost += max(batch.lost, 1)  # -1: lost, count unknown
