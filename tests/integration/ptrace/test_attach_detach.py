@@ -242,3 +242,29 @@ def test_detach_from_inside_a_handler(target, tmp_path):
     from integration.ptrace.harness import run_plain
 
     assert output.read_bytes() == run_plain([path, "6"]).stdout
+
+
+def test_attach_and_detach_while_threads_come_and_go(target):
+    path = target("churn.c", ("-O0", "-g", "-pthread"))
+    probe = make_probe(path, "born", "n=%di:s64")
+    program = subprocess.Popen([path], stdout=subprocess.PIPE)
+    try:
+        time.sleep(0.1)
+        for _ in range(4):
+            engine = PtraceEngine()
+            engine.attach([probe], Target(pids=(program.pid,)))
+            tids = set()
+            for item in engine.events():
+                if not isinstance(item, EventBatch):
+                    tids.add(item.tid)
+                    if len(tids) >= 20:
+                        break
+            assert program.pid not in tids
+            assert _tracer_of(program.pid) == 0
+            time.sleep(0.05)
+        out, _ = program.communicate(timeout=30)
+        assert out == b"sum ok\n" and program.returncode == 0
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait()

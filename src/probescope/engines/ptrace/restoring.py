@@ -106,6 +106,16 @@ def restore_semaphores(process: AddressSpace) -> None:
     process.semaphores.clear()
 
 
+def can_inject(thread: Thread) -> bool:
+    """Whether the thread's stop lets it run an injected system call: a signal-delivery stop
+    or an interrupt/group stop — not an event stop inside a system call (clone, fork, exit),
+    whose result the kernel writes into the registers only after the stop."""
+    status = thread.stop_status
+    if thread.running or not syscalls.stopped(status):
+        return False
+    return syscalls.stop_event(status) in (0, syscalls.PTRACE_EVENT_STOP)
+
+
 def release_xol(
     process: AddressSpace, threads: list[Thread], stopped: Thread, injector: SyscallInjector
 ) -> bool:

@@ -52,6 +52,11 @@ _FAULT_SIGNALS = frozenset(
     {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP}
 )
 _ESRCH = 3
+_CHILD_EVENTS = (
+    syscalls.PTRACE_EVENT_FORK,
+    syscalls.PTRACE_EVENT_VFORK,
+    syscalls.PTRACE_EVENT_CLONE,
+)
 
 
 class Tracer:
@@ -110,6 +115,7 @@ class Tracer:
                     f"cannot start {argv[0]!r}: {error or syscalls.describe_status(status)}"
                 )
             thread.running = False
+            thread.stop_status = status
             if syscalls.stop_event(status) == syscalls.PTRACE_EVENT_EXEC:
                 break
             sig = syscalls.stop_signal(status)
@@ -146,6 +152,13 @@ class Tracer:
                 except PtraceError as error:
                     if syscalls.ptrace_errno(error) == _ESRCH:
                         continue
+                    if procfs.tracer_of(tid) == os.getpid():
+                        # Created by a thread we had just seized: attached for us already,
+                        # it will report its first stop.
+                        thread = self._new_thread(tid, process)
+                        thread.running = True
+                        seized.append(thread)
+                        continue
                     raise self._attach_error(pid, error) from None
                 thread = self._new_thread(tid, process)
                 seized.append(thread)
@@ -162,8 +175,9 @@ class Tracer:
         if not live:
             raise PtraceError(f"process {pid} exited while attaching")
         self._pin_tracer(pid)
-        for thread in live:
-            self._pin_thread(thread, None)
+        for thread in list(self.threads.values()):
+            if thread.process is process:
+                self._pin_thread(thread, None)
         self.installer.prepare(live[0], at_exec=False)
         for thread in live:
             self._resume(thread)
@@ -191,12 +205,26 @@ class Tracer:
                 self._forget_thread(thread)
                 return
             thread.running = False
+            thread.stop_status = status
             event = syscalls.stop_event(status)
             sig = syscalls.stop_signal(status)
             if event == syscalls.PTRACE_EVENT_STOP:
                 thread.group_stop = sig in _STOP_SIGNALS
             elif event == 0:
                 thread.pending_signal = sig
+            else:
+                # An event stop inside a system call (clone, exit...): not a place to inject
+                # the XOL mmap from (the call's result is written after it). Note the event,
+                # let the call finish and interrupt it again, at a safe place.
+                if event in _CHILD_EVENTS:
+                    self._on_new_child(thread, event)
+                try:
+                    syscalls.cont(thread.tid)
+                    thread.running = True
+                    syscalls.interrupt(thread.tid)  # the event stop may have used up the first
+                except PtraceError as error:
+                    if syscalls.ptrace_errno(error) != _ESRCH:
+                        raise
 
     # =========================================================================================
     # The loop
@@ -307,6 +335,8 @@ class Tracer:
             self._internal_hit(thread, bp)
         else:
             counters.hits += 1
+        if thread.process.rendezvous is None:
+            self.installer.maybe_rescan(thread)  # no dynamic-linker reports: look now and then
         if not thread.silent:
             if bp.entry_sites:
                 self._emit_entries(thread, bp, now)
@@ -465,7 +495,6 @@ class Tracer:
             syscalls.PTRACE_EVENT_CLONE,
         ):
             self._on_new_child(thread, event)
-            self.installer.maybe_rescan(thread)
             self._resume(thread)
         elif event == syscalls.PTRACE_EVENT_EXEC:
             self._on_exec(thread)
@@ -579,6 +608,7 @@ class Tracer:
             if old_leader is not None and old_leader is not mover:
                 self._forget_thread(old_leader)
             mover.tid = thread.tid
+            mover.stop_status = thread.stop_status
             self.threads[thread.tid] = mover
             thread = mover
         for other in [t for t in self.threads.values() if t.tgid == tgid and t is not thread]:
@@ -739,7 +769,9 @@ class Tracer:
                     returns.restore(other)
                 restoring.restore_text(process, thread, self.counters.notes)
                 restoring.restore_semaphores(process)
-                restoring.release_xol(process, sharing, thread, self.injector)
+                safe = next((t for t in sharing if restoring.can_inject(t)), None)
+                if safe is not None:
+                    restoring.release_xol(process, sharing, safe, self.injector)
             for thread in list(self.threads.values()):
                 self._restore_affinity(thread)
                 try:

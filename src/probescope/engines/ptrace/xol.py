@@ -79,6 +79,10 @@ class SyscallInjector:
                 raise PtraceError(f"injected system call in thread {tid} did not run")
             result = arch.syscall_result(thread.regs)
         finally:
+            if syscalls.stopped(thread.stop_status) and (
+                syscalls.stop_event(thread.stop_status) == syscalls.PTRACE_EVENT_EXEC
+            ):
+                saved.rax = 0  # execve's return value, written after its event stop
             thread.regs.assign(saved)
             thread.regset.store(tid)
             thread.injection_regs = None
