@@ -76,9 +76,6 @@ REGISTER_ALIASES: Final = {
     "gs_base": "gs_base",
 }  # fmt: skip
 
-ARGUMENT_REGISTERS: Final = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")
-RETURN_REGISTER: Final = "rax"
-
 
 def register_field(name: str) -> str:
     """The user_regs_struct field for a kernel or assembler register name."""
@@ -89,14 +86,6 @@ def register_field(name: str) -> str:
             hint="use kernel names: ax bx cx dx si di bp sp r8-r15 ip flags cs ss orig_ax",
         )
     return field
-
-
-def instruction_pointer(regs: Registers) -> int:
-    return int(regs.rip)
-
-
-def stack_pointer(regs: Registers) -> int:
-    return int(regs.rsp)
 
 
 def return_value(regs: Registers) -> int:

@@ -129,7 +129,6 @@ class Installer:
             file_offset=offset,
             instruction=instruction,
             internal=internal,
-            mapping_start=mapping.start,
             mapping_key=mapping.file_key,
         )
         for site in sites or []:
@@ -146,7 +145,6 @@ class Installer:
         process.memory.write_code(slot, code_in_slot, thread.tid)
         process.breakpoints[address] = bp
         process.memory.write_code(address, arch.BREAKPOINT, thread.tid)
-        bp.inserted = True
         self.counters.breakpoints += 1
         return bp
 

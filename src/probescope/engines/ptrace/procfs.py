@@ -10,8 +10,6 @@ from dataclasses import dataclass
 AT_PHDR = 3
 AT_PHNUM = 5
 AT_BASE = 7
-AT_ENTRY = 9
-AT_SYSINFO_EHDR = 33
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from probescope.errors import PtraceError
 
 # Python ignores these; a program started by a shell would have them at their defaults.
-_RESET_SIGNALS = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
+_RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ")
 
 
 @dataclass

@@ -171,10 +171,6 @@ def detach(tid: int, signal: int = 0) -> None:
     ptrace(PTRACE_DETACH, tid, 0, signal)
 
 
-def set_options(tid: int, options: int = SEIZE_OPTIONS) -> None:
-    ptrace(PTRACE_SETOPTIONS, tid, 0, options)
-
-
 def get_event_message(tid: int) -> int:
     value = ctypes.c_ulong(0)
     ptrace(PTRACE_GETEVENTMSG, tid, 0, ctypes.addressof(value))
@@ -309,10 +305,6 @@ def exited(status: int) -> bool:
 
 def exit_code(status: int) -> int:
     return (status >> 8) & 0xFF
-
-
-def signaled(status: int) -> bool:
-    return ((status & 0x7F) + 1) >> 1 > 0 and not stopped(status) and not exited(status)
 
 
 def term_signal(status: int) -> int:

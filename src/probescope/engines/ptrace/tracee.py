@@ -76,9 +76,7 @@ class Breakpoint:
     step_plan: arch.StepPlan | None = None
     single_step: bool = False
     internal: str | None = None  # "rendezvous" for the dynamic linker's r_brk
-    mapping_start: int = 0
     mapping_key: tuple[int, int, int] = (0, 0, 0)
-    inserted: bool = False
 
     @property
     def ambiguous(self) -> bool:
