@@ -116,8 +116,6 @@ class Session:
             if probes is not None
             else resolve_specs(specs, pid=resolve_pid, arch=arch, grammar=running_kernel_grammar())
         )
-        if not self.probes:
-            raise ProbescopeError("no probes to trace", hint="give at least one probe spec")
         self.target = Target(
             command=tuple(command) if command else None,
             pids=tuple(pids),
@@ -149,6 +147,8 @@ class Session:
             setattr(engine, option, value)
         if self.handlers:
             self._register_handlers(engine)
+        if not self.probes:
+            raise ProbescopeError("no probes to trace", hint="give at least one probe spec")
         self.engine = engine
         self._started = time.monotonic()
         try:

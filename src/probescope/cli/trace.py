@@ -124,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
     summary = session.summary(reason)
     if not args.quiet:
         print_summary(summary, sys.stderr)
+    status = summary.stats.extra.get("command_status") if summary.stats else None
+    if reason == "end" and status is not None:
+        # Like strace: a command that ran to its end gives its exit status (128+N: signal N).
+        return status if status >= 0 else 128 - status
     return 0
 
 

@@ -158,6 +158,9 @@ class PtraceEngine:
             "xol_pages": counters.xol_pages,
             "injection_steps": tracer.injector.steps,
         }
+        status = self.exit_code
+        if status is not None:
+            stats.extra["command_status"] = status
         if counters.depth_omitted:
             stats.notes.append(
                 f"{counters.depth_omitted} return probes omitted: nesting deeper than 64"
