@@ -49,3 +49,23 @@ def leftovers(root: Path | None = None) -> list[str]:
     if instances.is_dir():
         found += [f"instance {p.name}" for p in instances.iterdir() if "probescope" in p.name]
     return sorted(set(found))
+
+
+def append(path: Path, text: str) -> None:
+    """Append commands to a tracefs command file by hand (an oracle independent of the engine):
+    O_WRONLY|O_APPEND — never O_TRUNC, which would delete every event of that type, and not
+    Python's "a" mode, whose seek tracefs refuses (mechanisms.md §1.1)."""
+    _write(path, text, os.O_WRONLY | os.O_APPEND)
+
+
+def write(path: Path, text: str) -> None:
+    """Replace the content of a tracefs control file (`enable`, `set_event_pid`, ...)."""
+    _write(path, text, os.O_WRONLY | os.O_TRUNC)
+
+
+def _write(path: Path, text: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)

@@ -13,7 +13,7 @@ from typing import Any
 from probescope.engines.tracefs.engine import TracefsEngine
 from probescope.engines.tracefs.instance import Instance
 from probescope.engines.tracefs.ownership import Owner
-from probescope.engines.tracefs.tracefs import Tracefs
+from probescope.engines.tracefs.tracefs import Tracefs, running_kernel_grammar
 from probescope.session import Session
 from probescope.sinks.base import open_sink
 
@@ -48,7 +48,9 @@ def witness(
     instance = Instance.create(Tracefs.discover(), Owner.current().instance_name(serial))
     try:
         instance.set_clock(clock)
-        if instance.exists("options/hash-ptr"):
+        if instance.exists("options/hash-ptr") and running_kernel_grammar().release >= (6, 2):
+            # Real pointers for %p, as probescope prints them. Not on 6.1: there `hash-ptr` off
+            # makes `trace` print every %s of a print fmt as an empty string.
             instance.set_option("hash-ptr", False)
         if pids:
             instance.set_event_pids(pids)

@@ -19,6 +19,7 @@ from probescope.events import Event
 from probescope.spec.kernel_grammar import parse_kernel_probe
 from probescope.spec.model import ArgType, ProbeSpec
 from probescope.spec.resolved import ResolvedProbe
+from support.tracefs import append as tracefs_append
 from support.tracefs import tracefs_root
 
 pytestmark = pytest.mark.root
@@ -29,14 +30,6 @@ _LINE = re.compile(
     r"^\s*(?P<comm>.+?)-(?P<tid>\d+)\s+\[\d+\] (?P<flags>\S+)\s+[\d.]+: "
     r"(?P<event>\w+): \((?P<where>[^)]*)\)(?P<args>.*)$"
 )
-
-
-def _append(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
@@ -54,7 +47,7 @@ def kernel() -> Iterator[tuple[Path, Path]]:
         instance.rmdir()
         for line in (root / "dynamic_events").read_text().splitlines():
             if f":{GROUP}/" in line:
-                _append(root / "dynamic_events", f"-:{line.split()[0].split(':', 1)[1]}\n")
+                tracefs_append(root / "dynamic_events", f"-:{line.split()[0].split(':', 1)[1]}\n")
         assert not [
             line for line in (root / "dynamic_events").read_text().splitlines() if GROUP in line
         ]
@@ -110,7 +103,7 @@ def _compare(kernel: tuple[Path, Path], definitions: list[str], argv: list[str])
         spec = parse_kernel_probe(text)
         assert isinstance(spec, ProbeSpec)
         probes.append(ResolvedProbe.from_uprobe_spec(spec))
-        _append(root / "dynamic_events", text + "\n")
+        tracefs_append(root / "dynamic_events", text + "\n")
     (instance / "events" / GROUP / "enable").write_text("1")
     try:
         plain = subprocess.Popen([*NO_ASLR, *argv], stdout=subprocess.PIPE)
@@ -164,7 +157,7 @@ def test_recursion_and_instruction_sites_match_the_kernel(kernel, target):
     (kernel[1] / "trace").write_text("")
     for line in (kernel[0] / "dynamic_events").read_text().splitlines():
         if f":{GROUP}/" in line:
-            _append(kernel[0] / "dynamic_events", f"-:{line.split()[0].split(':', 1)[1]}\n")
+            tracefs_append(kernel[0] / "dynamic_events", f"-:{line.split()[0].split(':', 1)[1]}\n")
     sites = target("sites.c")
     labels = [
         "site_riprel_load",

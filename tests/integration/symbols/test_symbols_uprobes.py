@@ -25,7 +25,9 @@ from probescope.symbols.insn import check_probe_offset, decode
 from probescope.symbols.locate import locate_binary
 from probescope.symbols.table import SymbolTable, clear_memory_cache
 from support.build import compile_program
+from support.tracefs import append as tracefs_append
 from support.tracefs import leftovers, tracefs_root
+from support.tracefs import write as tracefs_write
 from unit.symbols import symbol_programs as programs
 
 pytestmark = pytest.mark.root
@@ -36,23 +38,6 @@ INSTANCE = f"probescope-symtest-{OWNER}"
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 _names = itertools.count()
 _LINE = re.compile(r"^\s*(?P<comm>.*)-(?P<pid>\d+)\s+(?:\(\s*[\d-]+\)\s+)?\[\d+\]")
-
-
-def _append(path: Path, text: str) -> None:
-    """Append a command to a *_events file: O_APPEND, never O_TRUNC (mechanisms.md §1.1)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 class Probe:
@@ -87,16 +72,16 @@ class Tracing:
         enable = self.instance / "events" / GROUP / event / "enable"
         defined = enabled = False
         try:
-            _append(self.root / "uprobe_events", f"p:{GROUP}/{event} {path}:{offset:#x}\n")
+            tracefs_append(self.root / "uprobe_events", f"p:{GROUP}/{event} {path}:{offset:#x}\n")
             defined = True
-            _write(enable, "1")
+            tracefs_write(enable, "1")
             enabled = True
             yield Probe(self.instance, event)
         finally:
             if enabled:
-                _write(enable, "0")
+                tracefs_write(enable, "0")
             if defined:
-                _append(self.root / "uprobe_events", f"-:{GROUP}/{event}\n")
+                tracefs_append(self.root / "uprobe_events", f"-:{GROUP}/{event}\n")
 
 
 @pytest.fixture

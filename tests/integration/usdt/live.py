@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from probescope.symbols.usdt import UsdtProbe, UsdtSite
+from support.tracefs import append as tracefs_append
+from support.tracefs import write as tracefs_write
 
 OWNER = os.getpid()
 GROUP = f"probescope_usdt_{OWNER}"
@@ -37,22 +39,6 @@ class Record(NamedTuple):
     event: str
     ip: int
     args: dict[str, str]
-
-
-def _append(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 class LiveUsdt:
@@ -85,7 +71,7 @@ class LiveUsdt:
             args = [a.definition for a in site.args if a.definition is not None]
         command = " ".join([f"p:{GROUP}/{event}", location, *args])
         try:
-            _append(self.root / "uprobe_events", command + "\n")
+            tracefs_append(self.root / "uprobe_events", command + "\n")
         except OSError as error:
             log = (self.root / "error_log").read_text().strip().splitlines()[-3:]
             raise AssertionError(f"kernel refused {command!r}: {error}; {log}") from None
@@ -94,12 +80,12 @@ class LiveUsdt:
         return event
 
     def enable(self) -> None:
-        _write(self.instance / "events" / GROUP / "enable", "1")
+        tracefs_write(self.instance / "events" / GROUP / "enable", "1")
         self.enabled = True
 
     def disable(self) -> None:
         if self.enabled:
-            _write(self.instance / "events" / GROUP / "enable", "0")
+            tracefs_write(self.instance / "events" / GROUP / "enable", "0")
             self.enabled = False
 
     def run(self, *argv: str | Path, timeout: float = 60) -> tuple[int, str]:
@@ -135,7 +121,7 @@ class LiveUsdt:
             problems.append(error)
         for event in reversed(self.events):
             try:
-                _append(self.root / "uprobe_events", f"-:{GROUP}/{event}\n")
+                tracefs_append(self.root / "uprobe_events", f"-:{GROUP}/{event}\n")
             except OSError as error:
                 if error.errno != errno.ENOENT:
                     problems.append(error)

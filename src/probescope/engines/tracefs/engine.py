@@ -39,7 +39,7 @@ from probescope.engines.tracefs.static_plan import (
     check_functions,
     plan_tracepoints,
 )
-from probescope.engines.tracefs.tracefs import Tracefs, lockdown_state
+from probescope.engines.tracefs.tracefs import Tracefs, lockdown_state, running_kernel_grammar
 from probescope.errors import EngineUnavailable, ProbescopeError, TracefsError
 from probescope.events import Event, EventBatch, EventType
 from probescope.spec.kinds import BY_KIND
@@ -156,9 +156,10 @@ class TracefsEngine:
             instance.tracing_on(False)
             instance.set_clock(self.clock)
             instance.set_option("record-tgid", True)
-            if instance.exists("options/hash-ptr"):
-                # %p in tracepoint text: the kernel's hash key is secret, so both sides print
-                # real pointers in this instance.
+            if instance.exists("options/hash-ptr") and running_kernel_grammar().release >= (6, 2):
+                # %p in tracepoint text: the kernel's hash key is secret, so the instance's own
+                # `trace` prints real pointers like probescope. (6.1 prints every %s of a print
+                # fmt empty with hash-ptr off; there the instance keeps the kernel default.)
                 instance.set_option("hash-ptr", False)
             instance.set_buffer_size_kb(
                 self.buffer_size_kb or _default_buffer_kb(len(instance.cpus()))
