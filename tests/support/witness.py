@@ -32,6 +32,25 @@ def same_but_time(lines: list[str]) -> list[str]:
     ]
 
 
+def unknown_comms_as_kernel(ours: list[str], kernel: list[str]) -> list[str]:
+    """Where the kernel printed `<...>` (its saved_cmdlines, 128 entries by default, had
+    already forgotten the task when `trace` was read), print ours the same way: probescope
+    named the task while it still could."""
+    head = re.compile(r"^\s*(.*)-(\d+)\s+\[")
+    forgotten = set()
+    for line in kernel:
+        match = head.match(line)
+        if match and match.group(1) == "<...>":
+            forgotten.add(match.group(2))
+    result = []
+    for line in ours:
+        match = head.match(line)
+        if match and match.group(2) in forgotten and match.group(1) != "<...>":
+            line = f"{'<...>':>16}-{match.group(2)}" + line[match.end(2) :]
+        result.append(line)
+    return result
+
+
 def trace_lines(instance: Instance) -> list[str]:
     """The event lines of an instance's `trace` file (the header comments left out)."""
     return [
@@ -94,4 +113,4 @@ def record_both(
             proc.kill()
         proc.wait()
     ours = out.getvalue().decode("utf-8", "surrogateescape").splitlines()
-    return ours, expected
+    return unknown_comms_as_kernel(ours, expected), expected
