@@ -4,6 +4,7 @@ every exit path (normal end, exceptions, Ctrl-C, SIGTERM, SIGHUP)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import signal
 import time
@@ -110,12 +111,13 @@ class Session:
     ) -> None:
         if command and pids:
             raise ProbescopeError("give either a command or pids, not both")
-        resolve_pid = pids[0] if len(pids) == 1 else None
-        self.probes = (
-            list(probes)
-            if probes is not None
-            else resolve_specs(specs, pid=resolve_pid, arch=arch, grammar=running_kernel_grammar())
+        self._resolve = functools.partial(
+            resolve_specs,
+            pid=pids[0] if len(pids) == 1 else None,
+            arch=arch,
+            grammar=running_kernel_grammar(),
         )
+        self.probes = list(probes) if probes is not None else self._resolve(specs)
         self.target = Target(
             command=tuple(command) if command else None,
             pids=tuple(pids),
@@ -170,7 +172,7 @@ class Session:
         if register is None:
             raise ProbescopeError(f"the {engine.name} engine does not run handlers")
         for spec, handler in self.handlers:
-            for probe in resolve_specs([spec]):
+            for probe in self._resolve([spec]):
                 match = next(
                     (
                         p
