@@ -98,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
         if args.output:
             stream = stack.enter_context(open(args.output, "w"))
         sink = open_sink(args.format, stream)
+        prepare = getattr(sink, "prepare", None)
+        if prepare is not None:
+            prepare({probe.kind for probe in session.probes})
         try:
             with signals_end_session():
                 try:

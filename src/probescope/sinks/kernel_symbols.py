@@ -188,6 +188,11 @@ def use_kernel_symbols(table: KernelSymbols | None, *, reset: bool = False) -> N
 
 
 def print_symbol(address: int, *, offset: bool = True) -> str:
-    """`%pS` (`name+0xoff/0xsize [module]`) or `%ps` (`name`); `0x...` when unknown."""
-    table = kernel_symbols()
+    """`%pS` (`name+0xoff/0xsize [module]`) or `%ps` (`name`); `0x...` when unknown. Cached
+    per address: function-tracer lines name the same few functions over and over."""
+    return _print_symbol(kernel_symbols(), address, offset)
+
+
+@functools.lru_cache(maxsize=65536)
+def _print_symbol(table: KernelSymbols | None, address: int, offset: bool) -> str:
     return table.symbol(address, offset=offset) if table is not None else f"0x{address:x}"

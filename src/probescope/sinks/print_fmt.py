@@ -20,6 +20,7 @@ rendering that cannot be mistaken for the kernel's.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import weakref
@@ -31,7 +32,7 @@ from typing import Any, NamedTuple
 from probescope.engines.tracefs.format import EventFormat, FormatField
 from probescope.errors import RingBufferFormatError
 from probescope.events import Event, EventType
-from probescope.sinks.kernel_symbols import KernelSymbols
+from probescope.sinks.kernel_symbols import KernelSymbols, kernel_symbols
 from probescope.sinks.text import BodyTemplate
 
 Printer = Callable[[Event], str]
@@ -189,14 +190,9 @@ class PrintFmtContext:
         cls, *, hash_pointers: bool = True, tracefs: str | Path = "/sys/kernel/tracing"
     ) -> PrintFmtContext:
         """Symbols from /proc/kallsyms, types from /sys/kernel/btf/vmlinux and strings from
-        tracefs's `printk_formats`, each where readable."""
-        try:
-            strings: dict[int, str] | None = parse_printk_formats(
-                (Path(tracefs) / "printk_formats").read_text("utf-8", "surrogateescape")
-            )
-        except OSError:
-            strings = None
-        return cls(hash_pointers, KernelSymbols.load(), KernelTypes.load(), strings=strings)
+        tracefs's `printk_formats`, each where readable. Parsed once per process (seconds
+        on a slow machine): every tracepoint printer shares them."""
+        return _running_kernel_context(hash_pointers, str(tracefs))
 
     def enum_value(self, name: str) -> int | None:
         if name in self.enums:
@@ -2262,6 +2258,22 @@ def tracepoint_printer(
     """
     body = _body(event_type, event_format, context, fallback)
     return body.compile(event_format.label) if isinstance(body, BodyTemplate) else body
+
+
+@functools.cache
+def _running_kernel_context(hash_pointers: bool, tracefs: str) -> PrintFmtContext:
+    try:
+        strings: dict[int, str] | None = parse_printk_formats(
+            (Path(tracefs) / "printk_formats").read_text("utf-8", "surrogateescape")
+        )
+    except OSError:
+        strings = None
+    return PrintFmtContext(hash_pointers, kernel_symbols(), _kernel_types(), strings=strings)
+
+
+@functools.cache
+def _kernel_types() -> KernelTypes | None:
+    return KernelTypes.load()
 
 
 def _body(

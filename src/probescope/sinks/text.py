@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import platform
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
 from probescope.sinks.base import OutputFormat, is_binary_stream
-from probescope.sinks.kernel_symbols import print_symbol
+from probescope.sinks.kernel_symbols import kernel_symbols, print_symbol
 from probescope.spec.model import STRING_TYPES, ArgType, ProbeKind
 
 TRACE_FLAG_IRQS_OFF = 0x01
@@ -177,6 +177,17 @@ class TextSink:
             irq_info=irq_info,
             lat=_LatFlags(lazy_resched, irqflags_support),
         )
+
+    def prepare(self, kinds: Iterable[ProbeKind]) -> None:
+        """Load what kernel events need (the kernel's symbols, and for tracepoints its BTF)
+        before tracing starts, so the first batch does not stall the reader for seconds."""
+        kinds = set(kinds)
+        if kinds & {ProbeKind.KPROBE, ProbeKind.KRETPROBE, ProbeKind.FUNCTION}:
+            kernel_symbols()
+        if ProbeKind.TRACEPOINT in kinds:
+            from probescope.sinks.print_fmt import PrintFmtContext
+
+            PrintFmtContext.running_kernel(hash_pointers=False)
 
     def format(self, event: Event) -> str:
         """The line (with its newline) for one event."""

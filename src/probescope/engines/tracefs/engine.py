@@ -33,7 +33,7 @@ from probescope.engines.tracefs.instance import Instance
 from probescope.engines.tracefs.live_reader import LiveReader
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.reaper import find_leftovers, reap
-from probescope.engines.tracefs.ringbuffer import SubBufferLayout
+from probescope.engines.tracefs.ringbuffer import SubBufferLayout, read_header
 from probescope.engines.tracefs.static_plan import (
     TracepointPlan,
     check_functions,
@@ -179,10 +179,12 @@ class TracefsEngine:
             self._enable_tracepoints(instance, tracepoints)
             if functions:
                 self._start_function_tracer(instance, functions, pids, target.follow_children)
+            layout = self._decoder.layout
             self._reader = LiveReader(
                 {cpu: instance.trace_pipe_raw(cpu) for cpu in instance.cpus()},
                 instance.subbuffer_size(),
                 self.interval,
+                is_partial=lambda page: read_header(layout, page).size < layout.data_size // 2,
             )
             instance.tracing_on(True)
             if self._command is not None:

@@ -12,12 +12,19 @@ import contextlib
 import errno
 import os
 import select
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
 class LiveReader:
-    def __init__(self, paths: dict[int, Path], subbuffer_size: int, interval: float = 0.1) -> None:
+    def __init__(
+        self,
+        paths: dict[int, Path],
+        subbuffer_size: int,
+        interval: float = 0.1,
+        is_partial: Callable[[bytes], bool] | None = None,
+    ) -> None:
+        self.is_partial = is_partial
         self.subbuffer_size = subbuffer_size
         self.interval = interval
         self.fds: dict[int, int] = {}
@@ -36,7 +43,9 @@ class LiveReader:
     def drain(self, limit: int = 64) -> Iterator[tuple[int, bytes]]:
         """The sub-buffers readable right now, at most `limit` per CPU, CPU by CPU; `more` is
         then set when a CPU had more (read again before waiting). Bounding a round bounds
-        memory: a large ring buffer is consumed in slices, never all at once."""
+        memory: a large ring buffer is consumed in slices, never all at once. A sub-buffer
+        `is_partial` says is half empty means the reader caught up with the writer on that
+        CPU: reading on would hand out a few records per read."""
         size = self.subbuffer_size
         self.more = False
         for cpu, fd in self.fds.items():
@@ -53,6 +62,8 @@ class LiveReader:
                     break
                 self.pages_read += 1
                 yield cpu, data
+                if self.is_partial is not None and self.is_partial(data):
+                    break  # caught up with the writer: the rest comes next round
             else:
                 self.more = True
 
