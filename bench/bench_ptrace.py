@@ -34,15 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from elftools.elf.elffile import ELFFile  # noqa: E402
-from elftools.elf.sections import SymbolTableSection  # noqa: E402
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
-from probescope.engines.base import Target  # noqa: E402
-from probescope.engines.ptrace import PtraceEngine  # noqa: E402
-from probescope.events import EventBatch  # noqa: E402
-from probescope.spec.kernel_grammar import parse_kernel_probe  # noqa: E402
-from probescope.spec.model import ProbeSpec  # noqa: E402
-from probescope.spec.resolved import ResolvedProbe  # noqa: E402
+from probescope.engines.base import Target
+from probescope.engines.ptrace import PtraceEngine
+from probescope.events import EventBatch
+from probescope.spec.kernel_grammar import parse_kernel_probe
+from probescope.spec.model import ProbeSpec
+from probescope.spec.resolved import ResolvedProbe
 
 LIBRARY = r"""
 __attribute__((noinline)) int hit(int n, const char *s) { return n + s[0]; }
