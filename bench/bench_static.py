@@ -77,6 +77,7 @@ FUNCTIONS = ("vfs_read", "vfs_write")
 TRACEPOINTS = ("sched:sched_switch", "sched:sched_wakeup")
 PROBESCOPE_SPECS = [f"f:{f}" for f in FUNCTIONS] + [f"t:{t}" for t in TRACEPOINTS]
 GUEST_TIMEOUT = 1200.0
+SINK_BATCH = 4096  # events per write_batch in the identical-input text decode
 
 # `static_load PAIRS RATE SECONDS [DELAY]`: PAIRS pairs of processes; in each pair the pinger
 # writes a byte into one pipe and reads it back from the other, the echoer copies it across.
@@ -803,7 +804,7 @@ def decode_identical(
         parse_saved_cmdlines,
     )
     from probescope.engines.tracefs.ringbuffer import SubBufferLayout, split_sub_buffers
-    from probescope.events import Event
+    from probescope.events import Event, EventBatch
     from probescope.sinks.text import TextSink
     from probescope.spec.model import ProbeKind
 
@@ -858,8 +859,15 @@ def decode_identical(
 
         def run() -> None:
             streams = [map(decode, buffers, repeat(cpu)) for cpu, buffers in sub_buffers.items()]
+            # Runs of one CPU are short when tasks ping-pong across CPUs; like the live
+            # engine, hand the sink thousands of events at a time.
+            pending: list[Event] = []
             for batch in merge_cpu_batches(streams):
-                sink.write_batch(batch)
+                pending += batch.events
+                if len(pending) >= SINK_BATCH:
+                    sink.write_batch(EventBatch(pending))
+                    pending = []
+            sink.write_batch(EventBatch(pending))
             sink.close()
 
         return run

@@ -16,11 +16,11 @@ from probescope.errors import ProbescopeError
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """The command's life is the session's: if probescope is killed outright, the command
-    gets SIGTERM instead of running on with nobody tracing it."""
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """A child's life is the session's: if probescope is killed outright, the child gets
+    `signum` instead of running on with nobody tracing it."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
 
 
 class GatedCommand:
@@ -55,7 +55,7 @@ class GatedCommand:
                 os.close(error_r)
                 for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
                     signal.signal(sig, signal.SIG_DFL)
-                _die_with_parent()
+                die_with_parent()
                 if os.read(gate_r, 1) != b"g":
                     os._exit(126)
                 os.close(gate_r)

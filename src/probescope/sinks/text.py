@@ -454,21 +454,26 @@ def kprobe_printer(event_type: EventType) -> Printer:
     return entered
 
 
-def function_printer(event_type: EventType) -> Printer:
+def function_printer(event_type: EventType) -> BodyTemplate | Printer:
     """`trace_fn_trace`: `func <-parent` (no event name), symbols as `%ps`; a kernel_stack
     record (func_stack_trace) as `trace_stack_print` does: `<stack trace>` then ` => caller`
     lines up to the end of the record or ULONG_MAX."""
     if event_type.name == "kernel_stack":
         return _stack_lines
+    return BodyTemplate("%s", ("_calls[e[8][0], e[8][1]]",), {"_calls": _CallText()})
 
-    def line(e: Event) -> str:
-        ip, parent = e.args[0], e.args[1]
+
+class _CallText(dict[tuple[int, int], str]):
+    """`func <-parent` by (ip, parent ip): a traced function set has few call sites."""
+
+    def __missing__(self, key: tuple[int, int]) -> str:
+        ip, parent = key
         text = print_symbol(ip, offset=False) if ip else "0"
         if parent:
             text += " <-" + print_symbol(parent, offset=False)
+        if len(self) < 65536:
+            self[key] = text
         return text
-
-    return line
 
 
 def tracepoint_body(event_type: EventType) -> BodyTemplate | Printer:

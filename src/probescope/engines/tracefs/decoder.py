@@ -247,6 +247,26 @@ class EventDecoder:
         )
 
 
+def merge_round(batches: list[EventBatch]) -> EventBatch:
+    """One time-ordered batch of what the live reader drained in one round (each CPU's
+    sub-buffers in order); their losses are reported separately, per CPU. Unlike
+    `merge_cpu_batches` it makes one batch, so a sink writes a round at once; events a CPU
+    delivers in a later round are not merged back into an earlier one."""
+    if not batches:
+        return EventBatch([])
+    if len(batches) == 1:
+        return EventBatch(batches[0].events, 0, batches[0].cpu)
+    by_cpu: dict[int | None, list[Event]] = {}
+    for batch in batches:
+        by_cpu.setdefault(batch.cpu, []).extend(batch.events)
+    if len(by_cpu) == 1:
+        return EventBatch(next(iter(by_cpu.values())))
+    return EventBatch(list(heapq.merge(*by_cpu.values(), key=_TIMESTAMP)))
+
+
+_TIMESTAMP = itemgetter(0)
+
+
 def merge_cpu_batches(streams: Iterable[Iterable[EventBatch]]) -> Iterator[EventBatch]:
     """Merge per-CPU streams of batches into one stream in the order `trace` prints events:
     by timestamp, ties going to the lower CPU.

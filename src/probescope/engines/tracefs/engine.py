@@ -11,7 +11,6 @@ detach: close readers → read the loss counters → rmdir the instance (which d
 from __future__ import annotations
 
 import contextlib
-import heapq
 import operator
 import os
 import time
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from probescope.engines.base import Availability, EngineStats, Target
 from probescope.engines.launch import GatedCommand
-from probescope.engines.tracefs.decoder import EventDecoder
+from probescope.engines.tracefs.decoder import EventDecoder, merge_round
 from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
 from probescope.engines.tracefs.format import (
     EventFormat,
@@ -30,10 +29,10 @@ from probescope.engines.tracefs.format import (
     parse_saved_tgids,
 )
 from probescope.engines.tracefs.instance import Instance
-from probescope.engines.tracefs.live_reader import LiveReader
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.reaper import find_leftovers, reap
 from probescope.engines.tracefs.ringbuffer import SubBufferLayout, read_header
+from probescope.engines.tracefs.spool import PageSpool
 from probescope.engines.tracefs.static_plan import (
     TracepointPlan,
     check_functions,
@@ -48,7 +47,6 @@ from probescope.spec.resolved import ResolvedProbe
 from probescope.spec.static_events import FunctionSpec, TracepointSpec
 
 UNKNOWN_COMM = "<...>"
-_TIMESTAMP = operator.itemgetter(0)
 FINAL_DRAIN_SECONDS = 2.0
 COMM_REFRESH_SECONDS = 0.05
 _TID = operator.itemgetter(3)
@@ -85,7 +83,7 @@ class TracefsEngine:
         self._tracefs = tracefs
         self._installed = _Installed()
         self._types: dict[str, EventType] = {}
-        self._reader: LiveReader | None = None
+        self._reader: PageSpool | None = None
         self._decoder: EventDecoder | None = None
         self._command: GatedCommand | None = None
         self._pids: tuple[int, ...] = ()
@@ -180,12 +178,15 @@ class TracefsEngine:
             if functions:
                 self._start_function_tracer(instance, functions, pids, target.follow_children)
             layout = self._decoder.layout
-            self._reader = LiveReader(
+            self._reader = PageSpool(
                 {cpu: instance.trace_pipe_raw(cpu) for cpu in instance.cpus()},
                 instance.subbuffer_size(),
                 self.interval,
                 is_partial=lambda page: read_header(layout, page).size < layout.data_size // 2,
+                ring_empty=self._buffer_drained,
+                final_drain_seconds=FINAL_DRAIN_SECONDS,
             )
+            self._reader.start()
             instance.tracing_on(True)
             if self._command is not None:
                 self._command.release()
@@ -428,7 +429,7 @@ class TracefsEngine:
         reader, decoder = self._reader, self._decoder
         if reader is None or decoder is None:
             raise ProbescopeError("the tracefs engine is not attached")
-        ending_since: float | None = None
+        ending = False
         while not self._detached:
             pages = list(reader.drain())
             if pages:
@@ -438,21 +439,22 @@ class TracefsEngine:
                 if batch.lost:
                     self._page_lost += max(batch.lost, 1)  # -1: lost, count unknown
                     yield EventBatch([], batch.lost, batch.cpu)
-            batch = self._merge(batches)
+            batch = merge_round(batches)
             self._name_tasks(decoder, batch)
             yield batch
             if reader.more:
                 continue
-            if ending_since is not None:
-                if self._buffer_drained() or time.monotonic() - ending_since > FINAL_DRAIN_SECONDS:
+            if ending:
+                if reader.finished:
                     return
                 reader.wait(0.005)
                 continue
             if self._target_ended():
-                # Drain what the last moments recorded. A read can come back empty while
-                # records remain (the kernel's reader page was being swapped), so stop only
-                # when the ring buffer itself says it holds no more entries.
-                ending_since = time.monotonic()
+                # The recorder copies what the last moments left in the ring buffer (it stops
+                # when the buffer itself says it holds no more entries: a read can come back
+                # empty while the kernel swaps its reader page); the spool is then read out.
+                reader.finish()
+                ending = True
                 continue
             reader.wait()
 
@@ -464,21 +466,6 @@ class TracefsEngine:
             return all(instance.cpu_stats(cpu).entries == 0 for cpu in instance.cpus())
         except TracefsError:
             return True
-
-    @staticmethod
-    def _merge(batches: list[EventBatch]) -> EventBatch:
-        """One time-ordered batch of a round's sub-buffers (each already in order); their
-        losses were reported separately, per CPU."""
-        if not batches:
-            return EventBatch([])
-        if len(batches) == 1:
-            return EventBatch(batches[0].events, 0, batches[0].cpu)
-        by_cpu: dict[int | None, list[Event]] = {}
-        for batch in batches:
-            by_cpu.setdefault(batch.cpu, []).extend(batch.events)
-        if len(by_cpu) == 1:
-            return EventBatch(next(iter(by_cpu.values())))
-        return EventBatch(list(heapq.merge(*by_cpu.values(), key=_TIMESTAMP)))
 
     # -- teardown -------------------------------------------------------------------------
 
@@ -532,7 +519,13 @@ class TracefsEngine:
         self._detached = True
         errors: list[ProbescopeError] = []
         if self._reader is not None:
+            backlog = self._reader.backlog
             self._reader.close()
+            if backlog:
+                self._stats.notes.append(
+                    f"{backlog} sub-buffers recorded but not decoded: the session ended before "
+                    "the decoder caught up with the recorder"
+                )
         self._read_profiles()
         instance = self._installed.instance
         if instance is not None:

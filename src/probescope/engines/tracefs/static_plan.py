@@ -5,6 +5,7 @@ function-tracer patterns select something (and not everything, unless asked)."""
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -173,13 +174,13 @@ def check_functions(
 def _count_matches(functions: list[str], pattern: str) -> int:
     glob, _, module = pattern.partition(":mod:")
     glob = glob or "*"
+    name_matches = re.compile(fnmatch.translate(glob)).match
+    module_matches = re.compile(fnmatch.translate(module)).match if module else None
     count = 0
     for entry in functions:
         name, _, rest = entry.partition(" ")
-        if module:
-            entry_module = rest.strip("[] ")
-            if not fnmatch.fnmatchcase(entry_module, module):
-                continue
-        if fnmatch.fnmatchcase(name, glob):
+        if module_matches is not None and not module_matches(rest.strip("[] ")):
+            continue
+        if name_matches(name):
             count += 1
     return count

@@ -1,0 +1,302 @@
+"""Keep the kernel's ring buffer empty while the decoder works behind: a recorder process copies
+sub-buffers out of `trace_pipe_raw` into spool files as fast as the kernel fills them.
+
+Decoding and printing cost far more per event than copying a sub-buffer. When one process did
+both, a burst the decoder could not follow overwrote the ring buffer and events were lost that
+`trace-cmd record` (which only copies) keeps. So the copying runs in a forked child that does
+nothing else, like trace-cmd's recorders, and the session decodes from the spool: the ring
+buffer only has to absorb the recorder's scheduling delays, the spool absorbs the decoder's.
+
+The spool is one unlinked temporary file per CPU (nothing is left on disk whatever ends the
+session); the space the decoder has consumed is released with FALLOC_FL_PUNCH_HOLE as it goes,
+so the spool holds only the backlog. The recorder publishes how many sub-buffers each file
+holds in a shared counter after writing them, so the decoder never reads a half-written one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import mmap
+import os
+import select
+import signal
+import struct
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from probescope.engines.launch import die_with_parent
+from probescope.engines.tracefs.live_reader import LiveReader
+from probescope.errors import ProbescopeError
+
+FALLOC_FL_KEEP_SIZE = 1
+FALLOC_FL_PUNCH_HOLE = 2
+RELEASE_EVERY = 256  # sub-buffers consumed between two hole punches
+_COUNTER = struct.Struct("=Q")
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class PageSpool:
+    """The LiveReader interface (drain, wait, more, pages_read) over a recorder process.
+
+    `finish()` asks the recorder to copy what remains in the ring buffer and exit; `finished`
+    is then true once it has and the decoder has read the spool to its end."""
+
+    def __init__(
+        self,
+        paths: dict[int, Path],
+        subbuffer_size: int,
+        interval: float = 0.1,
+        is_partial: Callable[[bytes], bool] | None = None,
+        ring_empty: Callable[[], bool] | None = None,
+        final_drain_seconds: float = 2.0,
+    ) -> None:
+        self.subbuffer_size = subbuffer_size
+        self.interval = interval
+        self.ring_empty = ring_empty
+        self.final_drain_seconds = final_drain_seconds
+        self.cpus = list(paths)
+        self.pages_read = 0
+        self.more = False
+        self.recorder_pid: int | None = None
+        self.recorder_status: int | None = None
+        self._files: dict[int, int] = {}
+        self._consumed: dict[int, int] = dict.fromkeys(self.cpus, 0)
+        self._released: dict[int, int] = dict.fromkeys(self.cpus, 0)
+        # One counter per CPU (sub-buffers written), then the recorder's "done" flag.
+        self._counters = mmap.mmap(-1, _COUNTER.size * (len(self.cpus) + 1))
+        self._control_r = self._control_w = self._notify_r = self._notify_w = -1
+        self._kernel = LiveReader(paths, subbuffer_size, interval, is_partial)
+        try:
+            for cpu in self.cpus:
+                with tempfile.TemporaryFile(prefix="probescope-spool-") as spool:
+                    self._files[cpu] = os.dup(spool.fileno())
+            self._control_r, self._control_w = os.pipe()
+            self._notify_r, self._notify_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            self.close()
+            raise
+        self._poller = select.poll()
+        self._poller.register(self._notify_r, select.POLLIN)
+
+    # -- the recorder (child) -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Fork the recorder; from here on the kernel's buffers are read by it alone."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                self._record()
+                status = 0
+            except BaseException:  # the child must never unwind into the parent's code
+                with contextlib.suppress(BaseException):
+                    traceback.print_exc()
+            finally:
+                os._exit(status)
+        self.recorder_pid = pid
+        os.close(self._control_r)
+        os.close(self._notify_w)
+        self._control_r = self._notify_w = -1
+        self._kernel.close()
+
+    def _record(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        die_with_parent(signal.SIGKILL)
+        if os.getppid() == 1:
+            return
+        _close_fds_except(
+            {
+                0,
+                1,
+                2,
+                self._control_r,
+                self._notify_w,
+                *self._files.values(),
+                *self._kernel.fds.values(),
+            }
+        )
+        kernel, files, size = self._kernel, self._files, self.subbuffer_size
+        counters = self._counters
+        written = dict.fromkeys(self.cpus, 0)
+        slot = {cpu: index * _COUNTER.size for index, cpu in enumerate(self.cpus)}
+        kernel.poller.register(self._control_r, select.POLLIN)
+        finishing_since: float | None = None
+        while True:
+            progressed = set()
+            for cpu, data in kernel.drain():
+                if len(data) < size:
+                    data = data.ljust(size, b"\0")
+                _write_all(files[cpu], data, written[cpu] * size)
+                written[cpu] += 1
+                progressed.add(cpu)
+            for cpu in progressed:
+                _COUNTER.pack_into(counters, slot[cpu], written[cpu])
+            if progressed:
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._notify_w, b"\1")
+            if kernel.more:
+                continue
+            if finishing_since is not None:
+                if not progressed and (
+                    self.ring_empty is None
+                    or self.ring_empty()
+                    or time.monotonic() - finishing_since > self.final_drain_seconds
+                ):
+                    break
+                kernel.wait(0.005)
+                continue
+            kernel.wait()
+            if _readable(self._control_r):
+                with contextlib.suppress(OSError):
+                    os.read(self._control_r, 16)
+                finishing_since = time.monotonic()
+        _COUNTER.pack_into(counters, len(self.cpus) * _COUNTER.size, 1)
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._notify_w, b"\1")
+
+    # -- the decoder's side (parent) ------------------------------------------------------
+
+    def _written(self, cpu: int) -> int:
+        return int(_COUNTER.unpack_from(self._counters, self.cpus.index(cpu) * _COUNTER.size)[0])
+
+    def drain(self, limit: int = 64) -> Iterator[tuple[int, bytes]]:
+        """Sub-buffers the recorder has spooled and the decoder has not read, at most `limit`
+        per CPU, CPU by CPU; `more` is set when a CPU had more."""
+        size = self.subbuffer_size
+        self.more = False
+        for cpu in self.cpus:
+            fd = self._files[cpu]
+            available = self._written(cpu) - self._consumed[cpu]
+            if available > limit:
+                available = limit
+                self.more = True
+            for _ in range(available):
+                data = os.pread(fd, size, self._consumed[cpu] * size)
+                if len(data) != size:
+                    raise ProbescopeError(
+                        f"the spool of CPU {cpu} ended early ({len(data)} of {size} bytes)"
+                    )
+                self._consumed[cpu] += 1
+                self.pages_read += 1
+                yield cpu, data
+            if self._consumed[cpu] - self._released[cpu] >= RELEASE_EVERY:
+                self._release(cpu)
+
+    def _release(self, cpu: int) -> None:
+        start = self._released[cpu] * self.subbuffer_size
+        length = (self._consumed[cpu] - self._released[cpu]) * self.subbuffer_size
+        mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+        _libc.fallocate(self._files[cpu], mode, ctypes.c_long(start), ctypes.c_long(length))
+        self._released[cpu] = self._consumed[cpu]
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Sleep until the recorder spooled something or `timeout` (default: interval)."""
+        timeout = self.interval if timeout is None else timeout
+        with contextlib.suppress(InterruptedError):
+            if self._poller.poll(int(timeout * 1000)):
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._notify_r, 4096)
+        self._check_recorder()
+
+    def _check_recorder(self) -> None:
+        if self.recorder_pid is None or self.recorder_status is not None:
+            return
+        pid, status = os.waitpid(self.recorder_pid, os.WNOHANG)
+        if pid == 0:
+            return
+        self.recorder_status = os.waitstatus_to_exitcode(status)
+        if self.recorder_status != 0:
+            raise ProbescopeError(
+                f"the ring-buffer recorder (pid {pid}) died with status {self.recorder_status}",
+                hint="its error is printed above; events after this point were not recorded",
+            )
+
+    def finish(self) -> None:
+        """Ask the recorder to empty the ring buffer into the spool and exit."""
+        if self._control_w >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._control_w, b"q")
+
+    @property
+    def finished(self) -> bool:
+        done = _COUNTER.unpack_from(self._counters, len(self.cpus) * _COUNTER.size)[0] == 1
+        if not done:
+            self._check_recorder()
+            done = self.recorder_status is not None
+        return done and self.backlog == 0
+
+    @property
+    def backlog(self) -> int:
+        """Sub-buffers spooled and not yet read."""
+        return sum(self._written(cpu) - self._consumed[cpu] for cpu in self.cpus)
+
+    def close(self) -> None:
+        """Stop the recorder (it holds the instance's trace_pipe_raw files open, which keeps
+        the instance from being removed) and drop the spool."""
+        if self.recorder_pid is not None and self.recorder_status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.recorder_pid, signal.SIGKILL)
+            while True:
+                try:
+                    _, status = os.waitpid(self.recorder_pid, 0)
+                except InterruptedError:
+                    continue
+                except ChildProcessError:
+                    status = 0
+                self.recorder_status = os.waitstatus_to_exitcode(status)
+                break
+        self._kernel.close()
+        for fd in (
+            *self._files.values(),
+            self._control_r,
+            self._control_w,
+            self._notify_r,
+            self._notify_w,
+        ):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._files.clear()
+        self._control_r = self._control_w = self._notify_r = self._notify_w = -1
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            done = os.pwrite(fd, view, offset)
+        except InterruptedError:
+            continue
+        except OSError as error:
+            if error.errno == errno.ENOSPC:
+                raise ProbescopeError(
+                    f"no space left for the ring-buffer spool in {tempfile.gettempdir()}",
+                    hint="point TMPDIR at a file system with room for the decoder's backlog",
+                ) from error
+            raise
+        view = view[done:]
+        offset += done
+
+
+def _close_fds_except(keep: set[int]) -> None:
+    """The recorder must not hold the session's other files: a command's start gate, an
+    output file, pipes whose end-of-file someone waits for."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _readable(fd: int) -> bool:
+    ready, _, _ = select.select([fd], [], [], 0)
+    return bool(ready)
