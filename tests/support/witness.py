@@ -19,15 +19,23 @@ from probescope.sinks.base import open_sink
 
 _TIMESTAMP = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
 _NEED_RESCHED = re.compile(r"(?<=\] )(.)[.NnpBLbl](?=\S{3} )")
+_UNDERFLOWED_CONTEXT = re.compile(r"(?<=\] ).(.).(?=ff )")
 
 
 def same_but_time(lines: list[str]) -> list[str]:
     """Each instance records its own copy of an event a moment apart: keep the timestamp's
     shape (width, precision) but not its digits, and drop the need-resched flag, which a
     timer tick may set between the two copies (the flag printer itself is checked exactly
-    against captured pages in tests/unit/tracefs)."""
+    against captured pages in tests/unit/tracefs). Where the preempt columns read `ff`, the
+    kernel computed the context of that copy from an underflowed preempt count (6.18's
+    uprobes), and the irqs-off and irq-context flags of the two copies can differ as well."""
     return [
-        _NEED_RESCHED.sub(r"\1?", _TIMESTAMP.sub(lambda m: re.sub(r"\d", "9", m.group()), line))
+        _UNDERFLOWED_CONTEXT.sub(
+            r"?\1?",
+            _NEED_RESCHED.sub(
+                r"\1?", _TIMESTAMP.sub(lambda m: re.sub(r"\d", "9", m.group()), line)
+            ),
+        )
         for line in lines
     ]
 

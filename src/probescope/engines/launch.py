@@ -108,6 +108,16 @@ class GatedCommand:
             os.kill(self.pid, signal.SIGKILL)
             self.wait()
 
+    def exited(self) -> bool:
+        """The command has ended, and is left unreaped so that its /proc entry can still be
+        read (poll() reaps it)."""
+        if self.returncode is not None:
+            return True
+        if self.pid is None:
+            return False
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        return os.waitid(os.P_PID, self.pid, flags) is not None
+
     def poll(self) -> int | None:
         if self.returncode is None and self.pid is not None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)

@@ -49,7 +49,7 @@ def test_loop_events_arrive_in_order_with_their_args(loop: Path) -> None:
             "second": -i,
             "flags": (i * 7) & 0xFF,
         }
-    assert all(e.comm == "loop" for e in events)
+    assert all(e.comm == "loop" for e in events), [e.comm for e in events]
     assert len({e.pid for e in events}) == 1 and events[0].pid == events[0].tid
     timestamps = [e.timestamp_ns for e in events]
     assert timestamps == sorted(timestamps)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 
-from probescope.engines.tracefs.decoder import merge_cpu_batches
+import pytest
+
+from probescope.engines.tracefs.decoder import LiveMerge, merge_cpu_batches
 from probescope.events import Event, EventBatch, EventType
 from probescope.spec.model import ProbeKind
 
@@ -69,3 +72,68 @@ def test_streams_are_read_lazily() -> None:
 def test_empty_input() -> None:
     assert list(merge_cpu_batches([])) == []
     assert list(merge_cpu_batches([[], [batch(1)]])) == []
+
+
+def simulate_reader(seed: int, cpus: int = 3, passes: int = 40, limit: int = 2) -> list[object]:
+    """What a live reader sees: CPUs write events as time goes on (time also passes while the
+    reader reads), the reader visits the CPUs in turn, takes at most `limit` sub-buffers of
+    up to 3 events from each and says when it found a CPU's buffer empty."""
+    rng = random.Random(seed)
+    now = 0
+    buffers: list[list[int]] = [[] for _ in range(cpus)]
+
+    def tick() -> None:
+        nonlocal now
+        for _ in range(rng.randrange(4)):
+            now += rng.randrange(1, 5)
+            buffers[rng.randrange(cpus)].append(now)
+
+    seen: list[object] = []
+    for _ in range(passes):
+        for cpu in range(cpus):
+            tick()
+            for _ in range(limit):
+                if not buffers[cpu]:
+                    break
+                taken, buffers[cpu][:3] = buffers[cpu][:3], []
+                seen.append(batch(cpu, *taken))
+                tick()
+            if not buffers[cpu]:
+                seen.append(cpu)
+        seen.append(None)  # end of a pass: the engine asks for what is ready
+    for cpu in range(cpus):
+        if buffers[cpu]:
+            seen.append(batch(cpu, *buffers[cpu]))
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_live_merge_releases_events_in_trace_order(seed: int) -> None:
+    merge = LiveMerge(range(3))
+    released: list[tuple[int, int]] = []
+    written: list[tuple[int, int]] = []
+    for item in simulate_reader(seed):
+        if isinstance(item, EventBatch):
+            merge.add(item)
+            written += [(e.timestamp_ns, e.cpu) for e in item.events]
+        elif item is None:
+            released += order(iter([merge.ready()]))
+        else:
+            assert isinstance(item, int)
+            merge.caught_up(item)
+    before_flush = len(released)
+    released += order(iter([merge.flush()]))
+    assert released == sorted(written)
+    assert before_flush > len(written) // 2, "events come out while the stream runs"
+
+
+def test_live_merge_holds_back_what_a_cpu_behind_could_still_precede() -> None:
+    merge = LiveMerge([0, 1])
+    merge.add(batch(0, 10, 20, 30))
+    merge.caught_up(0)
+    merge.add(batch(1, 5, 15))  # cpu 1 not caught up: its next event may be before 20
+    assert order(iter([merge.ready()])) == [(5, 1), (10, 0)]
+    assert merge.held == 3
+    merge.caught_up(1)  # now everything cpu 1 writes comes after 30
+    assert order(iter([merge.ready()])) == [(15, 1), (20, 0)]
+    assert order(iter([merge.flush()])) == [(30, 0)]

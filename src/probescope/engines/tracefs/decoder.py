@@ -247,21 +247,76 @@ class EventDecoder:
         )
 
 
-def merge_round(batches: list[EventBatch]) -> EventBatch:
-    """One time-ordered batch of what the live reader drained in one round (each CPU's
-    sub-buffers in order); their losses are reported separately, per CPU. Unlike
-    `merge_cpu_batches` it makes one batch, so a sink writes a round at once; events a CPU
-    delivers in a later round are not merged back into an earlier one."""
-    if not batches:
+class LiveMerge:
+    """Events of a live stream in the order `trace` prints them, across CPUs, as soon as no
+    earlier event can still come.
+
+    Fed in the order a reader read the ring buffer: `add` a CPU's decoded sub-buffer, and
+    `caught_up` when the reader found that CPU's buffer empty. A CPU's future events are no
+    earlier than its last one; after it was caught up, they are also later than everything
+    the reader had read from any CPU by then (written before being read). The smallest of
+    these bounds is the time up to which `ready()` can release events; `flush()` releases
+    all at the end. What is held back is what one reader pass can skew between CPUs.
+    """
+
+    def __init__(self, cpus: Iterable[int]) -> None:
+        self._pending: dict[int, list[Event]] = {cpu: [] for cpu in cpus}
+        self._bound: dict[int, int] = dict.fromkeys(self._pending, -1)
+        self._latest = -1
+
+    def add(self, batch: EventBatch) -> None:
+        events = batch.events
+        if not events:
+            return
+        cpu = batch.cpu if batch.cpu is not None else -1
+        pending = self._pending.get(cpu)
+        if pending is None:
+            pending = self._pending[cpu] = []
+            self._bound[cpu] = -1
+        pending += events
+        last = events[-1][0]
+        if last > self._bound[cpu]:
+            self._bound[cpu] = last
+        if last > self._latest:
+            self._latest = last
+
+    def caught_up(self, cpu: int) -> None:
+        if self._latest > self._bound.get(cpu, -1):
+            self._bound[cpu] = self._latest
+
+    def ready(self) -> EventBatch:
+        """The held events older than every CPU's bound, merged."""
+        limit = min(self._bound.values(), default=-1)
+        runs = []
+        for cpu, pending in self._pending.items():
+            if not pending:
+                continue
+            if pending[-1][0] < limit:
+                runs.append(pending)
+                self._pending[cpu] = []
+                continue
+            stop = bisect_left(pending, limit, key=_TIMESTAMP)
+            if stop:
+                runs.append(pending[:stop])
+                del pending[:stop]
+        return _merged(runs)
+
+    def flush(self) -> EventBatch:
+        runs = [pending for pending in self._pending.values() if pending]
+        self._pending = {cpu: [] for cpu in self._pending}
+        return _merged(runs)
+
+    @property
+    def held(self) -> int:
+        return sum(map(len, self._pending.values()))
+
+
+def _merged(runs: list[list[Event]]) -> EventBatch:
+    if not runs:
         return EventBatch([])
-    if len(batches) == 1:
-        return EventBatch(batches[0].events, 0, batches[0].cpu)
-    by_cpu: dict[int | None, list[Event]] = {}
-    for batch in batches:
-        by_cpu.setdefault(batch.cpu, []).extend(batch.events)
-    if len(by_cpu) == 1:
-        return EventBatch(next(iter(by_cpu.values())))
-    return EventBatch(list(heapq.merge(*by_cpu.values(), key=_TIMESTAMP)))
+    if len(runs) == 1:
+        return EventBatch(runs[0])
+    return EventBatch(list(heapq.merge(*runs, key=_TIMESTAMP)))
 
 
 _TIMESTAMP = itemgetter(0)

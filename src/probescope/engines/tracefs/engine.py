@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from probescope.engines.base import Availability, EngineStats, Target
 from probescope.engines.launch import GatedCommand
-from probescope.engines.tracefs.decoder import EventDecoder, merge_round
+from probescope.engines.tracefs.decoder import EventDecoder, LiveMerge
 from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
 from probescope.engines.tracefs.format import (
     EventFormat,
@@ -88,6 +88,7 @@ class TracefsEngine:
         self._command: GatedCommand | None = None
         self._pids: tuple[int, ...] = ()
         self._tasks_checked: set[int] = set()
+        self._pinned_comms: dict[int, str] = {}
         self._comms_read_at = 0.0
         self._stats = EngineStats()
         self._page_lost = 0
@@ -382,6 +383,7 @@ class TracefsEngine:
         self._comms_read_at = now
         with contextlib.suppress(TracefsError):
             decoder.update_comms(parse_saved_cmdlines(self._tracefs.read("saved_cmdlines")))
+            decoder.update_comms(self._pinned_comms)
 
     def _name_tasks(self, decoder: EventDecoder, batch: EventBatch) -> None:
         """Records carry only the thread id. The kernel names tasks in saved_cmdlines and
@@ -406,21 +408,40 @@ class TracefsEngine:
                 comms[tid] = comm
             if tgid is not None:
                 tgids[tid] = tgid
+        comms.update((tid, self._pinned_comms[tid]) for tid in fresh & self._pinned_comms.keys())
         decoder.update_comms(comms)
         decoder.update_tgids(tgids)
+        pinned = self._pinned_comms
         batch.events[:] = [
             e._replace(
                 pid=tgids.get(e.tid, e.pid),
-                comm=comms.get(e.tid, e.comm) if e.comm == UNKNOWN_COMM else e.comm,
+                comm=comms.get(e.tid, e.comm)
+                if e.comm == UNKNOWN_COMM or e.tid in pinned
+                else e.comm,
             )
             if e.tid in fresh
             else e
             for e in batch.events
         ]
 
+    def _pin_comm(self, pid: int) -> None:
+        """Name the command's process from /proc while it is a zombie, before reaping it: the
+        decoder may still be behind on its records, and saved_cmdlines may not have it (the
+        kernel saves a name at the task's next context switch, if ever) or may hold the name
+        of an earlier process with the same pid."""
+        comm, tgid = _task_of(pid)
+        if comm is not None and self._decoder is not None:
+            self._pinned_comms[pid] = comm
+            self._decoder.update_comms({pid: comm})
+            if tgid is not None:
+                self._decoder.update_tgids({pid: tgid})
+
     def _target_ended(self) -> bool:
-        if self._command is not None:
-            return self._command.poll() is not None
+        command = self._command
+        if command is not None:
+            if command.returncode is None and command.pid is not None and command.exited():
+                self._pin_comm(command.pid)
+            return command.poll() is not None
         if self._pids:
             return not any(_running(pid) for pid in self._pids)
         return False
@@ -430,23 +451,28 @@ class TracefsEngine:
         if reader is None or decoder is None:
             raise ProbescopeError("the tracefs engine is not attached")
         ending = False
+        merge = LiveMerge(reader.cpus)
         while not self._detached:
-            pages = list(reader.drain())
-            if pages:
+            items = list(reader.drain())
+            if items:
                 self._refresh_comms(decoder)
-            batches = [decoder.decode(data, cpu) for cpu, data in pages]
-            for batch in batches:
+            for cpu, data in items:
+                if data is None:
+                    merge.caught_up(cpu)
+                    continue
+                batch = decoder.decode(data, cpu)
                 if batch.lost:
                     self._page_lost += max(batch.lost, 1)  # -1: lost, count unknown
                     yield EventBatch([], batch.lost, batch.cpu)
-            batch = merge_round(batches)
-            self._name_tasks(decoder, batch)
-            yield batch
+                self._name_tasks(decoder, batch)
+                merge.add(batch)
+            done = ending and reader.finished
+            yield merge.flush() if done else merge.ready()
+            if done:
+                return
             if reader.more:
                 continue
             if ending:
-                if reader.finished:
-                    return
                 reader.wait(0.005)
                 continue
             if self._target_ended():

@@ -9,7 +9,6 @@ so the timeout is what keeps latency low at low rates.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import select
 from collections.abc import Callable, Iterator
@@ -40,30 +39,34 @@ class LiveReader:
         self.pages_read = 0
         self.more = False
 
-    def drain(self, limit: int = 64) -> Iterator[tuple[int, bytes]]:
-        """The sub-buffers readable right now, at most `limit` per CPU, CPU by CPU; `more` is
-        then set when a CPU had more (read again before waiting). Bounding a round bounds
-        memory: a large ring buffer is consumed in slices, never all at once. A sub-buffer
-        `is_partial` says is half empty means the reader caught up with the writer on that
-        CPU: reading on would hand out a few records per read."""
+    def drain(self, limit: int = 64) -> Iterator[tuple[int, bytes | None]]:
+        """The sub-buffers readable right now, at most `limit` per CPU, CPU by CPU, each CPU's
+        followed by `(cpu, None)` when the reader caught up with the writer there (nothing
+        left, or a sub-buffer `is_partial` says is half empty: reading on would hand out a few
+        records per read); `more` is then set when a CPU had more (read again before
+        waiting). Bounding a round bounds memory: a large ring buffer is consumed in slices."""
         size = self.subbuffer_size
         self.more = False
         for cpu, fd in self.fds.items():
+            caught_up = False
             for _ in range(limit):
                 try:
                     data = os.read(fd, size)
                 except BlockingIOError:
+                    caught_up = True
                     break
-                except OSError as error:
-                    if error.errno in (errno.EINTR, errno.EAGAIN):
-                        break
-                    raise
+                except InterruptedError:
+                    break
                 if not data:
+                    caught_up = True
                     break
                 self.pages_read += 1
                 yield cpu, data
                 if self.is_partial is not None and self.is_partial(data):
-                    break  # caught up with the writer: the rest comes next round
+                    caught_up = True
+                    break
+            if caught_up:
+                yield cpu, None
             else:
                 self.more = True
 

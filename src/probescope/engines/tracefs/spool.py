@@ -7,10 +7,13 @@ both, a burst the decoder could not follow overwrote the ring buffer and events 
 nothing else, like trace-cmd's recorders, and the session decodes from the spool: the ring
 buffer only has to absorb the recorder's scheduling delays, the spool absorbs the decoder's.
 
-The spool is one unlinked temporary file per CPU (nothing is left on disk whatever ends the
-session); the space the decoder has consumed is released with FALLOC_FL_PUNCH_HOLE as it goes,
-so the spool holds only the backlog. The recorder publishes how many sub-buffers each file
-holds in a shared counter after writing them, so the decoder never reads a half-written one.
+The spool is an unlinked temporary file of sub-buffers in the order the recorder read them
+(nothing is left on disk whatever ends the session), the space the decoder has consumed
+released with FALLOC_FL_PUNCH_HOLE as it goes, so it holds only the backlog. Beside it an order
+log says, entry by entry, which CPU each sub-buffer came from and when the recorder caught up
+with the writer on a CPU: what a time-ordered merge across CPUs needs to know that no earlier
+event can still come (see `decoder.LiveMerge`). The recorder publishes the log's length in a
+shared counter after writing, so the decoder never reads a half-written entry.
 """
 
 from __future__ import annotations
@@ -38,14 +41,18 @@ FALLOC_FL_KEEP_SIZE = 1
 FALLOC_FL_PUNCH_HOLE = 2
 RELEASE_EVERY = 256  # sub-buffers consumed between two hole punches
 _COUNTER = struct.Struct("=Q")
+_ENTRY = struct.Struct("=HH")  # CPU index, SUB_BUFFER or CAUGHT_UP
+SUB_BUFFER, CAUGHT_UP = 0, 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class PageSpool:
-    """The LiveReader interface (drain, wait, more, pages_read) over a recorder process.
+    """Sub-buffers from every CPU through a recorder process, in the recorder's read order.
 
-    `finish()` asks the recorder to copy what remains in the ring buffer and exit; `finished`
-    is then true once it has and the decoder has read the spool to its end."""
+    `drain()` gives `(cpu, sub_buffer)` and `(cpu, None)` (the recorder caught up with that
+    CPU's writer); `wait()`, `more` and `pages_read` as for LiveReader. `finish()` asks the
+    recorder to copy what remains in the ring buffer and exit; `finished` is then true once it
+    has and the decoder has read the spool to its end."""
 
     def __init__(
         self,
@@ -65,17 +72,16 @@ class PageSpool:
         self.more = False
         self.recorder_pid: int | None = None
         self.recorder_status: int | None = None
-        self._files: dict[int, int] = {}
-        self._consumed: dict[int, int] = dict.fromkeys(self.cpus, 0)
-        self._released: dict[int, int] = dict.fromkeys(self.cpus, 0)
-        # One counter per CPU (sub-buffers written), then the recorder's "done" flag.
-        self._counters = mmap.mmap(-1, _COUNTER.size * (len(self.cpus) + 1))
+        self._entries_read = 0
+        self._released = 0
+        # Log entries written, then the recorder's "done" flag.
+        self._counters = mmap.mmap(-1, 2 * _COUNTER.size)
+        self._data = self._log = -1
         self._control_r = self._control_w = self._notify_r = self._notify_w = -1
         self._kernel = LiveReader(paths, subbuffer_size, interval, is_partial)
         try:
-            for cpu in self.cpus:
-                with tempfile.TemporaryFile(prefix="probescope-spool-") as spool:
-                    self._files[cpu] = os.dup(spool.fileno())
+            self._data = _unlinked_file()
+            self._log = _unlinked_file()
             self._control_r, self._control_w = os.pipe()
             self._notify_r, self._notify_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
@@ -113,40 +119,37 @@ class PageSpool:
         die_with_parent(signal.SIGKILL)
         if os.getppid() == 1:
             return
+        kernel, size = self._kernel, self.subbuffer_size
         _close_fds_except(
-            {
-                0,
-                1,
-                2,
-                self._control_r,
-                self._notify_w,
-                *self._files.values(),
-                *self._kernel.fds.values(),
-            }
+            {0, 1, 2, self._control_r, self._notify_w, self._data, self._log}
+            | set(kernel.fds.values())
         )
-        kernel, files, size = self._kernel, self._files, self.subbuffer_size
-        counters = self._counters
-        written = dict.fromkeys(self.cpus, 0)
-        slot = {cpu: index * _COUNTER.size for index, cpu in enumerate(self.cpus)}
+        index = {cpu: number for number, cpu in enumerate(self.cpus)}
+        pages = entries = 0
         kernel.poller.register(self._control_r, select.POLLIN)
         finishing_since: float | None = None
         while True:
-            progressed = set()
+            log = bytearray()
+            chunk: list[bytes] = []
             for cpu, data in kernel.drain():
-                if len(data) < size:
-                    data = data.ljust(size, b"\0")
-                _write_all(files[cpu], data, written[cpu] * size)
-                written[cpu] += 1
-                progressed.add(cpu)
-            for cpu in progressed:
-                _COUNTER.pack_into(counters, slot[cpu], written[cpu])
-            if progressed:
+                if data is None:
+                    log += _ENTRY.pack(index[cpu], CAUGHT_UP)
+                    continue
+                chunk.append(data if len(data) == size else data.ljust(size, b"\0"))
+                log += _ENTRY.pack(index[cpu], SUB_BUFFER)
+            if chunk:
+                _write_all(self._data, b"".join(chunk), pages * size)
+                pages += len(chunk)
+            if log:
+                _write_all(self._log, bytes(log), entries * _ENTRY.size)
+                entries += len(log) // _ENTRY.size
+                _COUNTER.pack_into(self._counters, 0, entries)
                 with contextlib.suppress(BlockingIOError):
                     os.write(self._notify_w, b"\1")
             if kernel.more:
                 continue
             if finishing_since is not None:
-                if not progressed and (
+                if not chunk and (
                     self.ring_empty is None
                     or self.ring_empty()
                     or time.monotonic() - finishing_since > self.final_drain_seconds
@@ -159,44 +162,49 @@ class PageSpool:
                 with contextlib.suppress(OSError):
                     os.read(self._control_r, 16)
                 finishing_since = time.monotonic()
-        _COUNTER.pack_into(counters, len(self.cpus) * _COUNTER.size, 1)
+        _COUNTER.pack_into(self._counters, _COUNTER.size, 1)
         with contextlib.suppress(BlockingIOError):
             os.write(self._notify_w, b"\1")
 
     # -- the decoder's side (parent) ------------------------------------------------------
 
-    def _written(self, cpu: int) -> int:
-        return int(_COUNTER.unpack_from(self._counters, self.cpus.index(cpu) * _COUNTER.size)[0])
+    def _entries_written(self) -> int:
+        return int(_COUNTER.unpack_from(self._counters, 0)[0])
 
-    def drain(self, limit: int = 64) -> Iterator[tuple[int, bytes]]:
-        """Sub-buffers the recorder has spooled and the decoder has not read, at most `limit`
-        per CPU, CPU by CPU; `more` is set when a CPU had more."""
-        size = self.subbuffer_size
-        self.more = False
-        for cpu in self.cpus:
-            fd = self._files[cpu]
-            available = self._written(cpu) - self._consumed[cpu]
-            if available > limit:
-                available = limit
-                self.more = True
-            for _ in range(available):
-                data = os.pread(fd, size, self._consumed[cpu] * size)
-                if len(data) != size:
-                    raise ProbescopeError(
-                        f"the spool of CPU {cpu} ended early ({len(data)} of {size} bytes)"
-                    )
-                self._consumed[cpu] += 1
+    def drain(self, limit: int = 64) -> Iterator[tuple[int, bytes | None]]:
+        """What the recorder has logged and the decoder has not read, at most `limit`
+        sub-buffers per CPU's worth of entries; `more` is set when there was more."""
+        size, cpus = self.subbuffer_size, self.cpus
+        available = self._entries_written() - self._entries_read
+        budget = limit * len(cpus)
+        self.more = available > budget
+        if not available:
+            return
+        count = min(available, budget)
+        log = os.pread(self._log, count * _ENTRY.size, self._entries_read * _ENTRY.size)
+        entries = list(_ENTRY.iter_unpack(log))
+        pages = sum(1 for _, kind in entries if kind == SUB_BUFFER)
+        data = os.pread(self._data, pages * size, self.pages_read * size) if pages else b""
+        if len(log) != count * _ENTRY.size or len(data) != pages * size:
+            raise ProbescopeError("the ring-buffer spool ended before what its log announced")
+        self._entries_read += count
+        offset = 0
+        for cpu_index, kind in entries:
+            if kind == SUB_BUFFER:
+                yield cpus[cpu_index], data[offset : offset + size]
+                offset += size
                 self.pages_read += 1
-                yield cpu, data
-            if self._consumed[cpu] - self._released[cpu] >= RELEASE_EVERY:
-                self._release(cpu)
+            else:
+                yield cpus[cpu_index], None
+        if self.pages_read - self._released >= RELEASE_EVERY:
+            self._release()
 
-    def _release(self, cpu: int) -> None:
-        start = self._released[cpu] * self.subbuffer_size
-        length = (self._consumed[cpu] - self._released[cpu]) * self.subbuffer_size
+    def _release(self) -> None:
+        size = self.subbuffer_size
         mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-        _libc.fallocate(self._files[cpu], mode, ctypes.c_long(start), ctypes.c_long(length))
-        self._released[cpu] = self._consumed[cpu]
+        start, length = self._released * size, (self.pages_read - self._released) * size
+        _libc.fallocate(self._data, mode, ctypes.c_long(start), ctypes.c_long(length))
+        self._released = self.pages_read
 
     def wait(self, timeout: float | None = None) -> None:
         """Sleep until the recorder spooled something or `timeout` (default: interval)."""
@@ -226,9 +234,12 @@ class PageSpool:
             with contextlib.suppress(OSError):
                 os.write(self._control_w, b"q")
 
+    def _recorder_done(self) -> bool:
+        return bool(_COUNTER.unpack_from(self._counters, _COUNTER.size)[0] == 1)
+
     @property
     def finished(self) -> bool:
-        done = _COUNTER.unpack_from(self._counters, len(self.cpus) * _COUNTER.size)[0] == 1
+        done = self._recorder_done()
         if not done:
             self._check_recorder()
             done = self.recorder_status is not None
@@ -236,15 +247,16 @@ class PageSpool:
 
     @property
     def backlog(self) -> int:
-        """Sub-buffers spooled and not yet read."""
-        return sum(self._written(cpu) - self._consumed[cpu] for cpu in self.cpus)
+        """Log entries (sub-buffers and catch-up marks) spooled and not yet read."""
+        return self._entries_written() - self._entries_read
 
     def close(self) -> None:
         """Stop the recorder (it holds the instance's trace_pipe_raw files open, which keeps
         the instance from being removed) and drop the spool."""
         if self.recorder_pid is not None and self.recorder_status is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.recorder_pid, signal.SIGKILL)
+            if not self._recorder_done():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.recorder_pid, signal.SIGKILL)
             while True:
                 try:
                     _, status = os.waitpid(self.recorder_pid, 0)
@@ -256,7 +268,8 @@ class PageSpool:
                 break
         self._kernel.close()
         for fd in (
-            *self._files.values(),
+            self._data,
+            self._log,
             self._control_r,
             self._control_w,
             self._notify_r,
@@ -265,8 +278,13 @@ class PageSpool:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._files.clear()
+        self._data = self._log = -1
         self._control_r = self._control_w = self._notify_r = self._notify_w = -1
+
+
+def _unlinked_file() -> int:
+    with tempfile.TemporaryFile(prefix="probescope-spool-") as spool:
+        return os.dup(spool.fileno())
 
 
 def _write_all(fd: int, data: bytes, offset: int) -> None:
