@@ -62,8 +62,11 @@ demo: system-deps venv
 	$(PY) -m probescope trace -c '$(DEMO) 5 100' $(DEMO_PROBES)
 
 bench: bench-deps venv
+	$(call apt_install,$(VM_PACKAGES))
 	$(PY) bench/bench_symbols.py
 	$(PY) bench/bench_tracefs.py
+	$(PY) bench/bench_ptrace.py
+	$(PY) bench/bench_static.py
 
 clean:
 	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache
