@@ -42,6 +42,8 @@ _KVM_BOOT_TIMEOUT = 30.0
 # The serial console lags the results share a little; how long to wait for it to catch up.
 _CONSOLE_SETTLE = 2.0
 _UNIX_PATH_MAX = 108
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+GUEST_TMPFS = (Path("/tmp"), Path("/var/tmp"), Path("/run"), Path("/dev/shm"))
 
 # How KVM fared in this process: None = not tried yet, else (accel, why KVM was not used).
 _accel_choice: tuple[str, str] | None = None
@@ -94,6 +96,9 @@ class GuestKernel:
         self.memory_mb = memory_mb
         self.cpus = cpus
         self.writable = tuple(Path(p) for p in writable)
+        if _hidden_in_guest(PROJECT_ROOT) and PROJECT_ROOT not in self.writable:
+            # A checkout under /tmp (a CI clone) would be covered by the guest's own tmpfs.
+            self.writable += (PROJECT_ROOT,)
         self.host_cache = host_cache
         self._accel_request = accel or os.environ.get("PROBESCOPE_VM_ACCEL") or None
         self._cache = cache or cache_dir()
@@ -559,3 +564,7 @@ def qemu_processes(scratch: Path) -> list[int]:
         if needle in cmdline:
             found.append(int(proc.name))
     return found
+
+
+def _hidden_in_guest(path: Path) -> bool:
+    return any(path == hidden or hidden in path.parents for hidden in GUEST_TMPFS)
