@@ -59,6 +59,32 @@ def unknown_comms_as_kernel(ours: list[str], kernel: list[str]) -> list[str]:
     return result
 
 
+def renamed_as_kernel(ours: list[str], kernel: list[str]) -> list[str]:
+    """Where a task renamed itself (exec, prctl: a `task_rename` line says so) and the kernel
+    printed its later name on a line where ours has the earlier one, print ours the kernel's
+    way: the kernel names tasks when `trace` is read, probescope when it decodes."""
+    head = re.compile(r"^\s*(.*)-(\d+)\s+\[")
+    rename = re.compile(r"task_rename: pid=(\d+) oldcomm=(.*) newcomm=(.*) oom_score_adj")
+    names: dict[str, set[str]] = {}
+    for line in ours + kernel:
+        match = rename.search(line)
+        if match:
+            names.setdefault(match.group(1), set()).update(match.group(2, 3))
+    result = []
+    for line, theirs in zip(ours, kernel, strict=False):
+        mine, other = head.match(line), head.match(theirs)
+        if (
+            mine
+            and other
+            and mine.group(2) == other.group(2)
+            and mine.group(1) != other.group(1)
+            and {mine.group(1), other.group(1)} <= names.get(mine.group(2), set())
+        ):
+            line = theirs[: other.end(2)] + line[mine.end(2) :]
+        result.append(line)
+    return result + ours[len(result) :]
+
+
 def trace_lines(instance: Instance) -> list[str]:
     """The event lines of an instance's `trace` file (the header comments left out)."""
     return [
