@@ -388,7 +388,7 @@ class TracefsEngine:
     def _name_tasks(self, decoder: EventDecoder, batch: EventBatch) -> None:
         """Records carry only the thread id. The kernel names tasks in saved_cmdlines and
         saved_tgids (record-tgid is on in our instance) at each CPU's next context switch,
-        so a task seen for the first time is looked up there, then in /proc."""
+        so a task seen for the first time is looked up in /proc, then there."""
         checked = self._tasks_checked
         fresh = set(map(_TID, batch.events)) - checked
         if not fresh or self._tracefs is None:
@@ -399,11 +399,11 @@ class TracefsEngine:
         tgids: dict[int, int] = {}
         for tid in fresh:
             checked.add(tid)
-            comm, tgid = saved_comms.get(tid), saved_tgids.get(tid)
-            if comm is None or tgid is None:
-                live_comm, live_tgid = _task_of(tid)
-                comm = comm or live_comm
-                tgid = tgid or live_tgid
+            # A live task's own name first: saved_cmdlines may still hold the name of an
+            # earlier task with the same pid, and the kernel's `trace` prints the latest name.
+            comm, tgid = _task_of(tid)
+            comm = comm or saved_comms.get(tid)
+            tgid = tgid or saved_tgids.get(tid)
             if comm is not None:
                 comms[tid] = comm
             if tgid is not None:
@@ -411,13 +411,10 @@ class TracefsEngine:
         comms.update((tid, self._pinned_comms[tid]) for tid in fresh & self._pinned_comms.keys())
         decoder.update_comms(comms)
         decoder.update_tgids(tgids)
-        pinned = self._pinned_comms
         batch.events[:] = [
             e._replace(
                 pid=tgids.get(e.tid, e.pid),
-                comm=comms.get(e.tid, e.comm)
-                if e.comm == UNKNOWN_COMM or e.tid in pinned
-                else e.comm,
+                comm=comms.get(e.tid, e.comm),
             )
             if e.tid in fresh
             else e
