@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from probescope.errors import SymbolError
-from probescope.symbols.elfimage import ElfImage, is_elf
+
+if TYPE_CHECKING:
+    from probescope.symbols.elfimage import ElfImage
 
 DEBUG_DIRS_ENV = "PROBESCOPE_DEBUG_DIRS"
 DEFAULT_DEBUG_DIRS = ("/usr/lib/debug",)
@@ -142,6 +144,8 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _open_debug_file(candidate: str, image: ElfImage, rejected: list[str]) -> ElfImage | None:
+    from probescope.symbols.elfimage import ElfImage, is_elf
+
     if not os.path.isfile(candidate) or not is_elf(candidate):
         return None
     try:
@@ -172,6 +176,8 @@ def _minidebuginfo(image: ElfImage) -> ElfImage | None:
     if section is None:
         return None
     import lzma
+
+    from probescope.symbols.elfimage import ElfImage
 
     try:
         data = lzma.decompress(image.section_data(section))

@@ -1,10 +1,11 @@
 """SymbolTable: every function of one binary with its uprobe file offset, and name lookups on it.
 
 Functions come from `.dynsym` (with `.gnu.version` versions) and `.symtab`; a stripped binary
-gets its `.symtab` from a debug file (see debuginfo.py). Each symbol's `st_value` is mapped to a
-file offset through the executable PT_LOAD that contains it — one rule for ET_EXEC and ET_DYN.
-Names defined at one address collapse into one FunctionSymbol with aliases. Tables are cached on
-disk (cache.py) and in memory, so a second resolution of libc costs a stat and a dict lookup.
+gets its `.symtab` from a debug file (collect.py reads the tables, debuginfo.py finds debug
+files). Each symbol's `st_value` is mapped to a file offset through the executable PT_LOAD that
+contains it — one rule for ET_EXEC and ET_DYN. Names defined at one address collapse into one
+FunctionSymbol with aliases. Tables are cached on disk (cache.py) and in memory, so a second
+resolution of libc costs a stat and a dict lookup; a cached table never imports the ELF reader.
 """
 
 from __future__ import annotations
@@ -13,38 +14,18 @@ import bisect
 import os
 from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probescope.errors import SymbolError
 from probescope.symbols import cache
-from probescope.symbols.debuginfo import (
-    debug_info_hint,
-    debuginfod_cache_dir,
-    default_debug_dirs,
-    find_debug_symbols,
-)
-from probescope.symbols.elfimage import (
-    BINDING_NAMES,
-    ELF_TYPE_NAMES,
-    ET_DYN,
-    ET_EXEC,
-    MACHINE_NAMES,
-    PF_X,
-    PT_LOAD,
-    SHT_NOBITS,
-    STT_FUNC,
-    STT_GNU_IFUNC,
-    ElfImage,
-    ElfSymbol,
-    Segment,
-)
+from probescope.symbols.debuginfo import debuginfod_cache_dir, default_debug_dirs
 from probescope.symbols.function import FunctionSymbol, split_versioned_name, versioned_name
 from probescope.symbols.identity import FileIdentity, file_identity
+from probescope.symbols.names import NameIndex
+from probescope.symbols.segment import Segment
 
-# Lower ranks win the primary name of an address: the dynamic table's public, default-version,
-# global name with the fewest leading underscores.
-_SOURCE_RANK = {"dynsym": 0, "symtab": 1, "build-id": 1, "debuglink": 1, "minidebuginfo": 1}
-_BINDING_RANK = {"global": 0, "unique": 0, "weak": 1, "local": 2}
+if TYPE_CHECKING:
+    from probescope.symbols.elfimage import ElfImage
 
 _MEMO: dict[tuple[int, int, tuple[str, ...]], SymbolTable] = {}
 
@@ -52,26 +33,6 @@ _MEMO: dict[tuple[int, int, tuple[str, ...]], SymbolTable] = {}
 def clear_memory_cache() -> None:
     """Forget the tables held in this process (the disk cache stays)."""
     _MEMO.clear()
-
-
-# The lookup index: plain name → spellings, each (function number, version, hidden, binding).
-Spelling = tuple[int, str | None, bool, str]
-NameIndex = dict[str, list[Spelling]]
-_Spelling = tuple[str, str | None, bool, str]  # (name, version, hidden, binding) of one symbol
-
-
-def _name_index(spellings: Sequence[Sequence[tuple[str, str | None, bool, str]]]) -> NameIndex:
-    """The lookup index from each function's (name, version, hidden, binding) spellings."""
-    index: NameIndex = {}
-    for number, names in enumerate(spellings):
-        for name, version, hidden, binding in names:
-            entry = (number, version, hidden, binding)
-            known = index.get(name)
-            if known is None:
-                index[name] = [entry]
-            else:
-                known.append(entry)
-    return index
 
 
 class SymbolTable:
@@ -177,80 +138,25 @@ class SymbolTable:
         dirs: tuple[str, ...],
         image: ElfImage | None = None,
     ) -> tuple[SymbolTable, cache.Dependencies]:
-        own_image = image is None
-        image = image or ElfImage.from_path(path)
-        try:
-            if image.type not in (ET_EXEC, ET_DYN):
-                raise SymbolError(
-                    f"{path!r} is an {image.type_name} file, not an executable or shared library",
-                    hint="uprobes attach to executables and shared libraries (ET_EXEC, ET_DYN)",
-                )
-            text = image.section(".text")
-            if text is not None and text.type == SHT_NOBITS:
-                raise SymbolError(
-                    f"{path!r} is a separate debug file: its code sections hold no bytes",
-                    hint="probe the binary it belongs to; probescope finds this file itself",
-                )
-            if not any(s.flags & PF_X for s in image.loads):
-                raise SymbolError(
-                    f"{path!r} has no executable PT_LOAD segment",
-                    hint="uprobes need code that the program maps executable",
-                )
-            sources: list[str] = []
-            raw: list[tuple[ElfSymbol, str | None, bool, str]] = []
-            dynsym = image.dynsym
-            if dynsym is not None:
-                versions = image.symbol_versions()
-                for symbol in image.function_symbols(dynsym):
-                    if versions is not None and symbol.number < len(versions):
-                        version, hidden = versions[symbol.number]
-                    else:
-                        version, hidden = None, False
-                    raw.append((symbol, version, hidden, "dynsym"))
-                if raw:
-                    sources.append("dynsym")
-            checked: tuple[str, ...] = ()
-            debug_file = None
-            notes: tuple[str, ...] = ()
-            symtab = image.symtab
-            if symtab is not None:
-                _add_symtab(raw, image.function_symbols(symtab), "symtab")
-                sources.append("symtab")
-            else:
-                search = find_debug_symbols(image, path, dirs)
-                checked = search.checked
-                notes = search.rejected
-                if search.found is not None:
-                    debug = search.found.image
-                    try:
-                        debug_symtab = debug.symtab  # never None: the search requires one
-                        if debug_symtab is not None:
-                            symbols = debug.function_symbols(debug_symtab)
-                            _add_symtab(raw, symbols, search.found.kind)
-                    finally:
-                        debug.close()
-                    sources.append(search.found.kind)
-                    debug_file = search.found.path
-            functions, spellings = _collapse(raw, image.loads)
-            table = cls(
-                path=path,
-                identity=identity,
-                elf_type=image.type,
-                machine=image.machine,
-                elf_class=image.elf_class,
-                build_id=image.build_id,
-                loads=image.loads,
-                functions=functions,
-                names=_name_index(spellings),
-                sources=tuple(sources),
-                debug_file=debug_file,
-                has_symtab=symtab is not None,
-                debug_notes=notes,
-            )
-            return table, cache.dependencies(checked)
-        finally:
-            if own_image:
-                image.close()
+        from probescope.symbols.collect import read_functions
+
+        found = read_functions(path, dirs, image)
+        table = cls(
+            path=path,
+            identity=identity,
+            elf_type=found.elf_type,
+            machine=found.machine,
+            elf_class=found.elf_class,
+            build_id=found.build_id,
+            loads=found.loads,
+            functions=found.functions,
+            names=NameIndex.build(found.spellings),
+            sources=found.sources,
+            debug_file=found.debug_file,
+            has_symtab=found.has_symtab,
+            debug_notes=found.debug_notes,
+        )
+        return table, cache.dependencies(found.checked)
 
     # ---- cache state -----------------------------------------------------------------------------
 
@@ -264,7 +170,7 @@ class SymbolTable:
             self.build_id,
             tuple(tuple(s) for s in self.loads),
             tuple(tuple(f) for f in self.functions),
-            self._index,
+            self._index.state(),
             self.sources,
             self.debug_file,
             self.has_symtab,
@@ -296,7 +202,7 @@ class SymbolTable:
             build_id=build_id,
             loads=[Segment._make(s) for s in loads],
             functions=list(map(make, rows)),
-            names=names,
+            names=NameIndex(*names),
             sources=tuple(sources),
             debug_file=debug_file,
             has_symtab=has_symtab,
@@ -317,10 +223,14 @@ class SymbolTable:
 
     @property
     def type_name(self) -> str:
+        from probescope.symbols.elfimage import ELF_TYPE_NAMES
+
         return ELF_TYPE_NAMES.get(self.elf_type, str(self.elf_type))
 
     @property
     def machine_name(self) -> str:
+        from probescope.symbols.elfimage import MACHINE_NAMES
+
         return MACHINE_NAMES.get(self.machine, f"machine {self.machine}")
 
     @property
@@ -367,9 +277,6 @@ class SymbolTable:
 
     # ---- queries ---------------------------------------------------------------------------------
 
-    def _names(self) -> NameIndex:
-        return self._index
-
     def lookup(self, name: str) -> FunctionSymbol:
         """The function called `name` (`name`, `name@VER` or `name@@VER`).
 
@@ -378,8 +285,11 @@ class SymbolTable:
         different offsets raise SymbolError listing them. `name@VER` matches VER whether it is
         the default or not; `name@@VER` only the default.
         """
-        plain, version, default = split_versioned_name(name)
-        candidates = self._names().get(plain, [])
+        plain, version, default = split_versioned_name(name) if "@" in name else (name, None, None)
+        number = self._index.single(plain, version, default)
+        if number is not None:
+            return self.functions[number]
+        candidates = self._index.spellings(plain)
         if version is not None:
             candidates = [c for c in candidates if c[1] == version and (not default or not c[2])]
         if not candidates:
@@ -413,11 +323,11 @@ class SymbolTable:
         other_kind = _non_function_kind(self.path, plain)
         if other_kind:
             message += f" ({plain!r} is {other_kind}, not a function)"
-        elif plain in self._names():
+        elif plain in self._index:
             spellings = sorted(
                 {
                     versioned_name(plain, c[1], not c[2])
-                    for c in self._names()[plain]
+                    for c in self._index.spellings(plain)
                     if c[1] is not None
                 }
             )
@@ -425,12 +335,14 @@ class SymbolTable:
         else:
             import difflib
 
-            close = difflib.get_close_matches(plain, list(self._names()), n=5, cutoff=0.75)
+            close = difflib.get_close_matches(plain, list(self._index), n=5, cutoff=0.75)
             if close:
                 hints.append("did you mean " + ", ".join(close) + "?")
         if self.stripped and not other_kind:
             message += f" (the file is stripped: only its {len(self.functions)} exported "
             message += "functions are known)"
+            from probescope.symbols.debuginfo import debug_info_hint
+
             hints.append("to see all functions, " + debug_info_hint(self.path, self.build_id))
             hints += [f"ignored {note}" for note in self.debug_notes]
         hints.append(f"`probescope symbols {self.path}` lists the functions")
@@ -464,7 +376,7 @@ class SymbolTable:
         plain, version, default = split_versioned_name(name)
         numbers = {
             c[0]
-            for c in self._names().get(plain, [])
+            for c in self._index.spellings(plain)
             if version is None or (c[1] == version and (not default or not c[2]))
         }
         return [self.functions[n] for n in sorted(numbers)]
@@ -496,147 +408,10 @@ class SymbolTable:
         return f"<SymbolTable {self.path} {self.type_name} {len(self.functions)} functions>"
 
 
-def _add_symtab(
-    raw: list[tuple[ElfSymbol, str | None, bool, str]], symbols: list[ElfSymbol], source: str
-) -> None:
-    """Append `.symtab` functions to `raw`, skipping names `.dynsym` already gave at that address.
-
-    `.symtab` spells versions literally (`memcpy@GLIBC_2.2.5`, `foo@@V2`) and repeats most
-    exported names unversioned; dropping those repeats here keeps most addresses single-named.
-    """
-    known = {(symbol.name, symbol.value) for symbol, _, _, _ in raw}
-    known.update(
-        (versioned_name(symbol.name, version, not hidden), symbol.value)
-        for symbol, version, hidden, _ in raw
-        if version is not None
-    )
-    append = raw.append
-    for symbol in symbols:
-        if (symbol.name, symbol.value) in known:
-            continue
-        if "@" in symbol.name:
-            name, version, default = split_versioned_name(symbol.name)
-            append((symbol._replace(name=name), version, not default, source))
-        else:
-            append((symbol, None, False, source))
-
-
-def _collapse(
-    raw: list[tuple[ElfSymbol, str | None, bool, str]], loads: Sequence[Segment]
-) -> tuple[list[FunctionSymbol], list[tuple[_Spelling, ...]]]:
-    """Group symbols by address into FunctionSymbols (primary name + aliases), sorted by offset,
-    each with its spellings (name, version, hidden, binding) for the lookup index."""
-    executable = [
-        (s.vaddr, s.vaddr + s.filesz, s.offset - s.vaddr)
-        for s in loads
-        if s.type == PT_LOAD and s.flags & PF_X
-    ]
-    by_vaddr: dict[int, list[tuple[ElfSymbol, str | None, bool, str]]] = {}
-    for item in raw:
-        group = by_vaddr.get(item[0].value)
-        if group is None:
-            by_vaddr[item[0].value] = [item]
-        else:
-            group.append(item)
-    rows: list[tuple[int, str, FunctionSymbol, tuple[_Spelling, ...]]] = []
-    new = tuple.__new__
-    for vaddr, group in by_vaddr.items():
-        offset = -1
-        for low, high, delta in executable:
-            if low <= vaddr < high:
-                offset = vaddr + delta
-                break
-        if offset < 0:
-            continue
-        if len(group) == 1:
-            symbol, version, hidden, source = group[0]
-            binding = BINDING_NAMES.get(symbol.bind, "global")
-            function = new(
-                FunctionSymbol,
-                (
-                    symbol.name,
-                    version,
-                    version is not None and not hidden,
-                    (),
-                    vaddr,
-                    symbol.size,
-                    offset,
-                    binding,
-                    symbol.type == STT_GNU_IFUNC,
-                    source,
-                ),
-            )
-            rows.append((offset, symbol.name, function, ((symbol.name, version, hidden, binding),)))
-        else:
-            function, spellings = _merge(group, vaddr, offset)
-            rows.append((offset, function.name, function, spellings))
-    rows.sort(key=_first)  # one row per address, so offsets are unique
-    return [row[2] for row in rows], [row[3] for row in rows]
-
-
-def _first(row: tuple[int, str, FunctionSymbol, tuple[_Spelling, ...]]) -> int:
-    return row[0]
-
-
-def _merge(
-    group: list[tuple[ElfSymbol, str | None, bool, str]], vaddr: int, offset: int
-) -> tuple[FunctionSymbol, tuple[_Spelling, ...]]:
-    """One FunctionSymbol for several names at one address; the best-ranked name is primary."""
-    names: dict[tuple[str, str | None, bool], tuple[str, str]] = {}
-    size = 0
-    is_ifunc = False
-    for symbol, version, hidden, source in group:  # .dynsym entries come first: they win
-        key = (symbol.name, version, hidden)
-        if key not in names:
-            names[key] = (BINDING_NAMES.get(symbol.bind, "global"), source)
-        if symbol.size > size:
-            size = symbol.size
-        if symbol.type == STT_GNU_IFUNC:
-            is_ifunc = True
-    # `memcpy` in .symtab beside `memcpy@@GLIBC_2.14` is one name, not an alias
-    versioned = {name for name, version, _ in names if version is not None}
-    keys = [k for k in names if k[1] is not None or k[0] not in versioned]
-    keys.sort(key=lambda k: _rank(k, names[k]))
-    spellings = tuple(
-        (name, version, hidden, names[(name, version, hidden)][0]) for name, version, hidden in keys
-    )
-    (name, version, hidden, binding) = spellings[0]
-    function = tuple.__new__(
-        FunctionSymbol,
-        (
-            name,
-            version,
-            version is not None and not hidden,
-            tuple(versioned_name(n, v, not h) for n, v, h, _ in spellings[1:]),
-            vaddr,
-            size,
-            offset,
-            binding,
-            is_ifunc,
-            names[keys[0]][1],
-        ),
-    )
-    return function, spellings
-
-
-def _rank(
-    key: tuple[str, str | None, bool], info: tuple[str, str]
-) -> tuple[int, bool, int, int, int, str, str]:
-    name, version, hidden = key
-    binding, source = info
-    return (
-        _SOURCE_RANK.get(source, 1),
-        hidden,
-        _BINDING_RANK.get(binding, 2),
-        len(name) - len(name.lstrip("_")),
-        len(name),
-        name,
-        version or "",
-    )
-
-
 def _non_function_kind(path: str, name: str) -> str | None:
     """If `name` is a data object or another non-function symbol of `path`, say which."""
+    from probescope.symbols.elfimage import STT_FUNC, STT_GNU_IFUNC, ElfImage
+
     try:
         with ElfImage.from_path(path) as image:
             for section in (image.dynsym, image.symtab):

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from probescope.errors import SymbolError
-from probescope.symbols.elfimage import ET_DYN, PF_W, SHT_NOTE, ElfImage, Segment
+from probescope.symbols.elfimage import ET_DYN, SHT_NOTE, ElfImage
 from probescope.symbols.identity import FileIdentity, file_identity
+from probescope.symbols.segment import PF_W, Segment
 from probescope.symbols.usdt_arguments import SiteContext, UsdtArg, parse_arguments
 
 NOTE_SECTION = ".note.stapsdt"
