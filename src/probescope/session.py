@@ -16,7 +16,7 @@ from typing import Any
 
 from probescope.engines.base import Engine, EngineStats, Target
 from probescope.engines.registry import create_engine
-from probescope.engines.tracefs.tracefs import running_kernel_grammar
+from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.errors import ProbescopeError
 from probescope.events import Event, EventBatch
 from probescope.spec.arch import Arch

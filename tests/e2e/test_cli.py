@@ -104,3 +104,30 @@ def test_jsonl_output_to_a_file(loop: Path, tmp_path: Path) -> None:
     assert [r["args"]["a"] for r in records] == [0, 1, 2]
     assert {r["event"] for r in records} == {"func_1"}
     assert all(r["kind"] == "uprobe" and r["comm"] == "loop" for r in records)
+
+
+@pytest.mark.parametrize("command", ["resolve", "symbols"])
+def test_symbol_commands_import_no_engine(command: str, loop: Path) -> None:
+    """`resolve` and `symbols` answer from the symbol layer: loading the engines, the session
+    and rich would triple their start-up time."""
+    words = [command, f"{loop}:func_1"] if command == "resolve" else [command, str(loop)]
+    script = (
+        "import sys\n"
+        "from probescope.cli.main import main\n"
+        f"status = main({words!r})\n"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('rich', 'probescope.session', "
+        "'probescope.engines.base', 'probescope.engines.tracefs.tracefs', 'capstone')))\n"
+        "print(status, heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert result.stderr.splitlines()[-1] == "0 []", result.stderr
+
+
+@pytest.mark.parametrize("command", ["trace", "resolve", "symbols", "list", "engines", "cleanup"])
+def test_every_command_still_parses_its_options(command: str) -> None:
+    result = probescope(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: probescope {command}")
+    assert "options:" in result.stdout

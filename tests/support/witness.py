@@ -12,8 +12,9 @@ from typing import Any
 
 from probescope.engines.tracefs.engine import TracefsEngine
 from probescope.engines.tracefs.instance import Instance
+from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.engines.tracefs.ownership import Owner
-from probescope.engines.tracefs.tracefs import Tracefs, running_kernel_grammar
+from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.session import Session
 from probescope.sinks.base import open_sink
 

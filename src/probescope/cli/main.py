@@ -1,4 +1,9 @@
-"""Entry point of the `probescope` command: dispatches to one module per subcommand."""
+"""Entry point of the `probescope` command: dispatches to one module per subcommand.
+
+Only the module of the command being run is imported (with the engines, rich and the spec
+model it needs): `probescope resolve` and `probescope symbols` must answer in the time it
+takes to read a symbol table, not in the time it takes to import the tracing engines.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +26,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `command`, only that subcommand's module is imported for its options
+    (None: all of them, as `--help` of every subcommand needs)."""
     parser = argparse.ArgumentParser(
         prog="probescope",
         description="Linux dynamic and static tracing: uprobes, tracepoints and more.",
@@ -30,16 +37,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(f"probescope.cli.{module_name}")
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command_parser)
-        command_parser.set_defaults(run=module.run)
+        if command is None or name == command:
+            module = importlib.import_module(f"probescope.cli.{module_name}")
+            module.add_arguments(command_parser)
+            command_parser.set_defaults(run=module.run)
     return parser
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names (its first word not starting with `-`), if it is one."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_in(words) or "")  # "": no command, so no options to parse
+    args = parser.parse_args(words)
     try:
         return int(args.run(args))
     except ProbescopeError as error:

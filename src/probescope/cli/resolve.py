@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from probescope.engines.tracefs.tracefs import running_kernel_grammar
+from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.symbols.resolve import resolve_specs
 
 

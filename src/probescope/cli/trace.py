@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from probescope.engines.registry import ENGINE_CHOICES
-from probescope.engines.tracefs.tracefs import running_kernel_grammar
+from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.session import Session, Summary, Terminated, signals_end_session
 from probescope.sinks.base import open_sink, output_formats
 from probescope.symbols.resolve import resolve_specs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from probescope.errors import ProbescopeError, SpecError, SpecErrors, SymbolError
 from probescope.spec.arch import Arch, host_arch
@@ -22,11 +23,11 @@ from probescope.spec.resolved import ResolvedProbe
 from probescope.spec.static_events import FunctionSpec, TracepointSpec
 from probescope.spec.usdt_spec import UsdtSpec
 from probescope.symbols.function import FunctionSymbol
-from probescope.symbols.ifunc import resolve_ifunc
-from probescope.symbols.insn import check_probe_offset
 from probescope.symbols.locate import locate_binary
 from probescope.symbols.table import SymbolTable
-from probescope.symbols.usdt import UsdtSite, find_usdt
+
+if TYPE_CHECKING:
+    from probescope.symbols.usdt import UsdtSite
 
 
 def resolve_specs(
@@ -104,6 +105,8 @@ def _resolve_kernel_uprobe(spec: ProbeSpec) -> ResolvedProbe:
         )
     table = _table(location.path, text, column)
     function = table.function_at_offset(location.offset)
+    from probescope.symbols.insn import check_probe_offset
+
     try:
         check_probe_offset(location.path, location.offset, function)
     except SymbolError as error:
@@ -154,12 +157,16 @@ def _resolve_friendly(
     resolved = []
     for function in functions:
         if function is not None and function.is_ifunc:
+            from probescope.symbols.ifunc import resolve_ifunc
+
             try:
                 function = resolve_ifunc(path, function, table)
             except SymbolError as error:
                 raise at_symbol(error) from None
         offset = probe.offset if function is None else function.offset + probe.offset
         if probe.symbol is None or probe.offset:
+            from probescope.symbols.insn import check_probe_offset
+
             try:
                 check_probe_offset(path, offset, function)
             except SymbolError as error:
@@ -193,6 +200,8 @@ def _resolve_usdt(
         raise SpecError(
             error.message, spec=text, column=spec.target_column, hint=error.hint
         ) from None
+    from probescope.symbols.usdt import find_usdt
+
     try:
         probes = find_usdt(path, spec.provider, spec.name)
     except SymbolError as error:

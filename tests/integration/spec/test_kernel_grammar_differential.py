@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probescope.engines.tracefs.tracefs import running_kernel_grammar
+from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.errors import SpecError
 from probescope.spec.fetchargs import MAX_TRACE_ARGS
 from probescope.spec.kernel_grammar import EventsFile, parse_kernel_probe

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from probescope.engines.tracefs.tracefs import running_kernel_grammar
+from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.errors import SpecError
 from probescope.spec.kernel_grammar import EventsFile, parse_kernel_probe
 from probescope.spec.model import DeleteSpec

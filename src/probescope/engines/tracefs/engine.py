@@ -29,6 +29,7 @@ from probescope.engines.tracefs.format import (
     parse_saved_tgids,
 )
 from probescope.engines.tracefs.instance import Instance
+from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.reaper import find_leftovers, reap
 from probescope.engines.tracefs.ringbuffer import SubBufferLayout, read_header
@@ -38,7 +39,7 @@ from probescope.engines.tracefs.static_plan import (
     check_functions,
     plan_tracepoints,
 )
-from probescope.engines.tracefs.tracefs import Tracefs, lockdown_state, running_kernel_grammar
+from probescope.engines.tracefs.tracefs import Tracefs, lockdown_state
 from probescope.errors import EngineUnavailable, ProbescopeError, TracefsError
 from probescope.events import Event, EventBatch, EventType
 from probescope.spec.kinds import BY_KIND

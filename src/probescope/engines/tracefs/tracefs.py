@@ -11,16 +11,15 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import platform
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
 from probescope.engines.tracefs.errorlog import ErrorLogEntry, parse_error_log
+from probescope.engines.tracefs.kernel import TRACEFS_MOUNTS
 from probescope.errors import EngineUnavailable, TracefsError
-from probescope.spec.kernel_features import KernelGrammar
 
-MOUNT_POINTS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+MOUNT_POINTS = tuple(Path(mount) for mount in TRACEFS_MOUNTS)
 
 
 class Tracefs:
@@ -137,32 +136,6 @@ class Tracefs:
 
 
 @functools.cache
-def running_kernel_grammar() -> KernelGrammar:
-    """What the running kernel's probe grammar accepts: its release plus the types its own
-    tracefs README lists (when tracefs is readable)."""
-    readme = None
-    for root in MOUNT_POINTS:
-        try:
-            readme = (root / "README").read_text()
-            break
-        except OSError:
-            continue
-    return KernelGrammar.for_release(platform.release(), readme, possible_cpus=_possible_cpus())
-
-
-def _possible_cpus() -> int | None:
-    """Count of /sys/devices/system/cpu/possible (`0-3,8-11` style ranges)."""
-    try:
-        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
-    except OSError:
-        return None
-    count = 0
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        count += int(high or low) - int(low) + 1
-    return count
-
-
 def lockdown_state() -> str | None:
     """The kernel lockdown mode (`none`, `integrity`, `confidentiality`) if known."""
     try:
