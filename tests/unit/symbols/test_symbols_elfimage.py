@@ -218,3 +218,42 @@ def test_symbol_table_beyond_the_file_raises() -> None:
 def test_unreadable_path_raises() -> None:
     with pytest.raises(SymbolError, match="cannot read"):
         ElfImage.from_path("/nonexistent/file")
+
+
+def test_non_ascii_symbol_names_decode_as_pyelftools_does() -> None:
+    """A string table that is not ASCII takes the byte-slicing path; names come out as UTF-8."""
+    from support.build import compile_program
+
+    binary = compile_program(
+        "int café(int x) { return x + 1; }\n"
+        "int naïve_größe(int x) { return x * 2; }\n"
+        "int main(int argc, char **argv) { return café(argc) + naïve_größe(argc); }\n",
+        "utf8_names",
+    )
+    image = ElfImage.from_path(binary)
+    symtab = image.symtab
+    assert symtab is not None
+    ours = {s.name: s.value for s in image.function_symbols(symtab)}
+    with open(binary, "rb") as stream:
+        section = ELFFile(stream).get_section_by_name(".symtab")
+        expected = {
+            s.name: s["st_value"]
+            for s in section.iter_symbols()
+            if s["st_info"]["type"] == "STT_FUNC" and s["st_shndx"] != "SHN_UNDEF"
+        }
+    assert "café" in ours and "naïve_größe" in ours
+    assert ours == expected
+
+
+@pytest.mark.parametrize("beyond", [0, 1, 1000])
+def test_a_function_named_beyond_its_string_table_raises(beyond: int) -> None:
+    data = bytearray(programs.demo().read_bytes())
+    image = ElfImage.from_bytes(bytes(data))
+    symtab = image.symtab
+    assert symtab is not None
+    strings = image.sections[symtab.link]
+    victim = image.function_symbols(symtab)[0].number
+    struct.pack_into("<I", data, symtab.offset + victim * 24, strings.size + beyond)  # st_name
+    broken = ElfImage.from_bytes(bytes(data), name="broken")
+    with pytest.raises(SymbolError, match=f"symbol {victim} of '.symtab' has a name beyond"):
+        broken.function_symbols(broken.sections[symtab.number])
