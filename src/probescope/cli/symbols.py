@@ -46,11 +46,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     for line in format_listing(functions, mappings):
         out.write(line + "\n")
     if table.stripped:
-        from probescope.symbols.debuginfo import debug_info_hint
-
         err.write(
             "note: the file is stripped; only its exported functions are listed\n"
-            f"hint: {debug_info_hint(path, table.build_id)}\n"
+            f"hint: {table.debug_info_hint()}\n"
         )
     return 0 if functions or not args.glob else 1
 

@@ -190,10 +190,19 @@ def _minidebuginfo(image: ElfImage) -> ElfImage | None:
     return mini if mini.symtab is not None else None
 
 
-def debug_info_hint(path: str, build_id: str | None) -> str:
-    """How to get symbols for `path`: its distribution's debug package, debuginfod, or a rebuild."""
+Package = tuple[str, str]  # (package manager, package name)
+_ASK = ("", "")
+
+
+def debug_info_hint(path: str, build_id: str | None, package: Package | None = _ASK) -> str:
+    """How to get symbols for `path`: its distribution's debug package, debuginfod, or a rebuild.
+
+    `package` is what `owning_package(path)` answered, when the caller kept it (it runs the
+    package manager, tens of milliseconds); by default it is asked here.
+    """
     ways: list[str] = []
-    package = _owning_package(path)
+    if package == _ASK:
+        package = owning_package(path)
     if package is not None:
         manager, name = package
         if manager == "dpkg":
@@ -213,7 +222,8 @@ def debug_info_hint(path: str, build_id: str | None) -> str:
     return "; ".join(ways)
 
 
-def _owning_package(path: str) -> tuple[str, str] | None:
+def owning_package(path: str) -> Package | None:
+    """(dpkg or rpm, the installed package that ships `path`), or None."""
     import shutil
     import subprocess
 

@@ -14,7 +14,7 @@ import bisect
 import os
 from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from probescope.errors import SymbolError
 from probescope.symbols import cache
@@ -25,6 +25,7 @@ from probescope.symbols.names import NameIndex
 from probescope.symbols.segment import Segment
 
 if TYPE_CHECKING:
+    from probescope.symbols.debuginfo import Package
     from probescope.symbols.elfimage import ElfImage
 
 _MEMO: dict[tuple[int, int, tuple[str, ...]], SymbolTable] = {}
@@ -110,13 +111,13 @@ class SymbolTable:
                 except (TypeError, ValueError, IndexError):
                     table = None
                 if table is not None:
-                    table._deps = deps
+                    table._deps, table._searched = deps, searched
                     _MEMO[memo_key] = table
                     return table
         table, deps = cls._build(path, identity, dirs)
         if use_cache and file_identity(path) == identity:  # not replaced while we read it
             cache.store(identity, searched, deps, table._state())
-            table._deps = deps
+            table._deps, table._searched = deps, searched
             _MEMO[memo_key] = table
         return table
 
@@ -161,6 +162,8 @@ class SymbolTable:
     # ---- cache state -----------------------------------------------------------------------------
 
     _deps: cache.Dependencies = ()
+    _searched: tuple[str, ...] | None = None  # set when the table lives in the disk cache
+    _package: Package | Literal[False] | None = False  # False: not asked yet
 
     def _state(self) -> tuple[Any, ...]:
         return (
@@ -175,6 +178,7 @@ class SymbolTable:
             self.debug_file,
             self.has_symtab,
             self.debug_notes,
+            self._package,
         )
 
     @classmethod
@@ -191,9 +195,10 @@ class SymbolTable:
             debug_file,
             has_symtab,
             notes,
+            package,
         ) = state
         make = partial(tuple.__new__, FunctionSymbol)
-        return cls(
+        table = cls(
             path=path,
             identity=identity,
             elf_type=elf_type,
@@ -209,9 +214,22 @@ class SymbolTable:
             debug_notes=tuple(notes),
             from_cache=True,
         )
+        table._package = package
+        return table
 
     def _deps_unchanged(self) -> bool:
         return cache.dependencies([p for p, _ in self._deps]) == self._deps
+
+    def debug_info_hint(self) -> str:
+        """How to get this binary's symbols (debuginfo.debug_info_hint). The package that ships
+        it is asked of the package manager once and kept with the table in the disk cache."""
+        from probescope.symbols import debuginfo
+
+        if self._package is False:
+            self._package = debuginfo.owning_package(self.path)
+            if self._searched is not None and file_identity(self.path) == self.identity:
+                cache.store(self.identity, self._searched, self._deps, self._state())
+        return debuginfo.debug_info_hint(self.path, self.build_id, self._package)
 
     def _with_path(self, path: str) -> SymbolTable:
         twin = SymbolTable.__new__(SymbolTable)
@@ -341,9 +359,7 @@ class SymbolTable:
         if self.stripped and not other_kind:
             message += f" (the file is stripped: only its {len(self.functions)} exported "
             message += "functions are known)"
-            from probescope.symbols.debuginfo import debug_info_hint
-
-            hints.append("to see all functions, " + debug_info_hint(self.path, self.build_id))
+            hints.append("to see all functions, " + self.debug_info_hint())
             hints += [f"ignored {note}" for note in self.debug_notes]
         hints.append(f"`probescope symbols {self.path}` lists the functions")
         return SymbolError(message, hint="\n      ".join(hints))  # aligned under "hint: "

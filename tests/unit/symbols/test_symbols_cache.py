@@ -171,3 +171,26 @@ def test_prune_keeps_the_newest(
     assert len(left) <= 4
     assert "0-0-0.symtab" not in left
     assert any(not name.startswith("0-") for name in left)  # the new entry survives
+
+
+def test_the_owning_package_is_asked_once_and_kept_on_disk(
+    private_symbol_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from probescope.symbols import debuginfo
+
+    asked: list[str] = []
+    real = debuginfo.owning_package
+
+    def counting(path: str) -> debuginfo.Package | None:
+        asked.append(path)
+        return real(path)
+
+    monkeypatch.setattr(debuginfo, "owning_package", counting)
+    first = _fresh("/bin/bash")
+    assert first.stripped, "Debian's bash ships without .symtab"
+    hint = first.debug_info_hint()
+    assert "bash-dbgsym" in hint and asked == ["/bin/bash"]
+    assert first.debug_info_hint() == hint and len(asked) == 1
+    again = _fresh("/bin/bash")
+    assert again.from_cache
+    assert again.debug_info_hint() == hint and len(asked) == 1
