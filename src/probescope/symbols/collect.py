@@ -25,7 +25,7 @@ from probescope.symbols.elfimage import (
     ElfSymbol,
     SymbolVersion,
 )
-from probescope.symbols.function import FunctionSymbol, split_versioned_name
+from probescope.symbols.function import FunctionSymbol, split_versioned_name, versioned_name
 from probescope.symbols.names import NamedSpelling
 from probescope.symbols.segment import PF_X, PT_LOAD, Segment
 
@@ -168,7 +168,7 @@ def collect_functions(
             group.append(entry)
         remember((name, value))
         if version is not None:
-            remember((f"{name}@{version}" if hidden else f"{name}@@{version}", value))
+            remember((versioned_name(name, version, not hidden), value))
     for name, value, size, bind, kind, _other, _shndx, _number in symtab:
         if (name, value) in known:
             continue
@@ -270,9 +270,7 @@ def _merge(
     ranked.sort()
     spellings = tuple(row[8] for row in ranked)
     name, version, hidden, binding = spellings[0]
-    aliases = tuple(
-        n if v is None else (f"{n}@{v}" if h else f"{n}@@{v}") for n, v, h, _ in spellings[1:]
-    )
+    aliases = tuple(versioned_name(n, v, not h) for n, v, h, _ in spellings[1:])
     function = tuple.__new__(
         FunctionSymbol,
         (

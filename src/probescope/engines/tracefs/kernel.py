@@ -6,6 +6,7 @@ does not import subprocess, pathlib and the ring-buffer machinery.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from probescope.spec.kernel_features import KernelGrammar
@@ -13,6 +14,7 @@ from probescope.spec.kernel_features import KernelGrammar
 TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
 
+@functools.cache
 def running_kernel_grammar() -> KernelGrammar:
     """What the running kernel's probe grammar accepts: its release plus the types its own
     tracefs README lists (when tracefs is readable)."""

@@ -9,7 +9,6 @@ seeks, which tracefs refuses.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import subprocess
 from collections.abc import Iterable
@@ -135,7 +134,6 @@ class Tracefs:
         return cls(root)
 
 
-@functools.cache
 def lockdown_state() -> str | None:
     """The kernel lockdown mode (`none`, `integrity`, `confidentiality`) if known."""
     try:
