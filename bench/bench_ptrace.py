@@ -40,9 +40,9 @@ from elftools.elf.sections import SymbolTableSection
 from probescope.engines.base import Target
 from probescope.engines.ptrace import PtraceEngine
 from probescope.events import EventBatch
-from probescope.spec.kernel_grammar import parse_kernel_probe
-from probescope.spec.model import ProbeSpec
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.kernel_grammar import parse_kernel_probe
+from probescope.language.model import ProbeSpec
+from probescope.language.resolved import ResolvedProbe
 
 LIBRARY = r"""
 __attribute__((noinline)) int hit(int n, const char *s) { return n + s[0]; }

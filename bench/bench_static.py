@@ -805,8 +805,8 @@ def decode_identical(
     )
     from probescope.engines.tracefs.ringbuffer import SubBufferLayout, split_sub_buffers
     from probescope.events import Event, EventBatch
+    from probescope.language.model import ProbeKind
     from probescope.sinks.text import TextSink
-    from probescope.spec.model import ProbeKind
 
     captured = capture(load, options.capture_kb)
     if captured.lost:

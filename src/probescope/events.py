@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from probescope.spec.model import ArgType, ProbeKind
+from probescope.language.model import ArgType, ProbeKind
 
 
 @dataclass(frozen=True, eq=False)

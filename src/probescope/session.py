@@ -16,13 +16,13 @@ from typing import Any
 
 from probescope.engines.base import Engine, EngineStats, Target
 from probescope.engines.registry import create_engine
-from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.errors import ProbescopeError
 from probescope.events import Event, EventBatch
-from probescope.spec.arch import Arch
-from probescope.spec.parse import Spec
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.arch import Arch
+from probescope.language.parse import Spec
+from probescope.language.resolved import ResolvedProbe
 from probescope.symbols.resolve import resolve_specs
+from probescope.system.kernel import running_kernel_grammar
 
 _TYPE = operator.attrgetter("type")
 

@@ -12,11 +12,11 @@ from typing import Any
 
 from probescope.engines.tracefs.engine import TracefsEngine
 from probescope.engines.tracefs.instance import Instance
-from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.session import Session
 from probescope.sinks.base import open_sink
+from probescope.system.kernel import running_kernel_grammar
 
 _TIMESTAMP = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
 _NEED_RESCHED = re.compile(r"(?<=\] )(.)[.NnpBLbl](?=\S{3} )")

@@ -32,4 +32,4 @@ def test_tracefs_engine_on_the_second_kernel(guest_kernel: GuestKernel) -> None:
 
 
 def test_grammar_against_the_second_kernel(guest_kernel: GuestKernel) -> None:
-    run_in_guest(guest_kernel, ["tests/integration/spec"])
+    run_in_guest(guest_kernel, ["tests/integration/language"])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.symbols.resolve import resolve_specs
+from probescope.system.kernel import running_kernel_grammar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

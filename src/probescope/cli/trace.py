@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from probescope.engines.registry import ENGINE_CHOICES
-from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.session import Session, Summary, Terminated, signals_end_session
 from probescope.sinks.base import open_sink, output_formats
 from probescope.symbols.resolve import resolve_specs
+from probescope.system.kernel import running_kernel_grammar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from probescope.events import Event, EventBatch
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.resolved import ResolvedProbe
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from probescope.engines.base import Availability, Engine
 from probescope.errors import EngineUnavailable
-from probescope.spec.model import ProbeKind
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.model import ProbeKind
+from probescope.language.resolved import ResolvedProbe
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
+from probescope.language.model import STRING_TYPES, ArgType
 from probescope.sinks.base import OutputFormat, is_binary_stream
-from probescope.spec.model import STRING_TYPES, ArgType
 
 _encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
+from probescope.language.model import STRING_TYPES, ArgType, ProbeKind
 from probescope.sinks.base import OutputFormat, is_binary_stream
 from probescope.sinks.kernel_symbols import kernel_symbols, print_symbol
-from probescope.spec.model import STRING_TYPES, ArgType, ProbeKind
 
 TRACE_FLAG_IRQS_OFF = 0x01
 TRACE_FLAG_NEED_RESCHED_LAZY = 0x02

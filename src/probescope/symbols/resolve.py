@@ -13,15 +13,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from probescope.errors import ProbescopeError, SpecError, SpecErrors, SymbolError
-from probescope.spec.arch import Arch, host_arch
-from probescope.spec.fetchargs import LATEST, ParseFlags, parse_fetcharg
-from probescope.spec.friendly import FriendlyProbe, event_name_for, lower_args
-from probescope.spec.kernel_features import KernelGrammar
-from probescope.spec.model import DeleteSpec, ProbeKind, ProbeSpec, UprobeLocation
-from probescope.spec.parse import Spec, parse_probe
-from probescope.spec.resolved import ResolvedProbe
-from probescope.spec.static_events import FunctionSpec, TracepointSpec
-from probescope.spec.usdt_spec import UsdtSpec
+from probescope.language.arch import Arch, host_arch
+from probescope.language.fetchargs import LATEST, ParseFlags, parse_fetcharg
+from probescope.language.friendly import FriendlyProbe, event_name_for, lower_args
+from probescope.language.kernel_features import KernelGrammar
+from probescope.language.model import DeleteSpec, ProbeKind, ProbeSpec, UprobeLocation
+from probescope.language.parse import Spec, parse_probe
+from probescope.language.resolved import ResolvedProbe
+from probescope.language.static_events import FunctionSpec, TracepointSpec
+from probescope.language.usdt_spec import UsdtSpec
 from probescope.symbols.function import FunctionSymbol
 from probescope.symbols.locate import locate_binary
 from probescope.symbols.table import SymbolTable

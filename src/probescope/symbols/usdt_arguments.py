@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from probescope.spec.arch import ARM64, X86_64
+from probescope.language.arch import ARM64, X86_64
 from probescope.symbols.elfimage import EM_386, EM_AARCH64, EM_X86_64, MACHINE_NAMES
 
 STRING_TYPES = frozenset({"string", "ustring"})

@@ -9,9 +9,9 @@ import pytest
 
 from probescope.engines.tracefs.instance import Instance
 from probescope.errors import SpecError
+from probescope.language.model import ProbeKind
 from probescope.session import Session
 from probescope.sinks.base import open_sink
-from probescope.spec.model import ProbeKind
 from support.witness import record_both, same_but_time
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("function_tracer")]

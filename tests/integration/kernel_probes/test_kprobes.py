@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from probescope.errors import ProbescopeError
+from probescope.language.model import ProbeKind
 from probescope.session import Session
-from probescope.spec.model import ProbeKind
 from support.witness import record_both, same_but_time
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("kprobes")]

@@ -16,9 +16,9 @@ from elftools.elf.elffile import ELFFile
 from probescope.engines.base import EngineStats, Target
 from probescope.engines.ptrace import PtraceEngine
 from probescope.events import Event, EventBatch
-from probescope.spec.kernel_grammar import parse_kernel_probe
-from probescope.spec.model import ProbeSpec
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.kernel_grammar import parse_kernel_probe
+from probescope.language.model import ProbeSpec
+from probescope.language.resolved import ResolvedProbe
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets" / "ptrace"
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"

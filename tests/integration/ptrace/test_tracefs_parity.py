@@ -16,9 +16,9 @@ import pytest
 from integration.ptrace.harness import LIBC, elf_symbol, run_traced
 from probescope.engines.ptrace import PtraceEngine
 from probescope.events import Event
-from probescope.spec.kernel_grammar import parse_kernel_probe
-from probescope.spec.model import ArgType, ProbeSpec
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.kernel_grammar import parse_kernel_probe
+from probescope.language.model import ArgType, ProbeSpec
+from probescope.language.resolved import ResolvedProbe
 from support.tracefs import append as tracefs_append
 from support.tracefs import tracefs_root
 

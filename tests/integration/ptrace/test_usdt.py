@@ -15,9 +15,9 @@ from integration.ptrace.harness import run_traced
 from probescope.engines.base import Target
 from probescope.engines.ptrace import PtraceEngine
 from probescope.events import EventBatch
-from probescope.spec.kernel_grammar import parse_kernel_probe
-from probescope.spec.model import ProbeSpec
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.kernel_grammar import parse_kernel_probe
+from probescope.language.model import ProbeSpec
+from probescope.language.resolved import ResolvedProbe
 
 PYTHON = Path(os.path.realpath(sys.executable)) if "python3" in sys.executable else None
 

@@ -11,8 +11,8 @@ import pytest
 
 from probescope.errors import ProbescopeError, TracefsError
 from probescope.events import Event
+from probescope.language.model import ProbeKind
 from probescope.session import Session
-from probescope.spec.model import ProbeKind
 
 pytestmark = pytest.mark.root
 
@@ -144,8 +144,8 @@ def test_kernel_refusal_names_the_probe_and_installs_nothing(loop: Path, tmp_pat
     # An offset past the end of a file is accepted when defined and refused when enabled.
     small = tmp_path / "small.bin"
     small.write_bytes(Path(loop).read_bytes()[:4096])
-    from probescope.spec.kernel_grammar import parse_kernel_probe
-    from probescope.spec.resolved import ResolvedProbe
+    from probescope.language.kernel_grammar import parse_kernel_probe
+    from probescope.language.resolved import ResolvedProbe
 
     spec = parse_kernel_probe(f"p:bad {small}:0x100000")
     probe = ResolvedProbe.from_uprobe_spec(spec)  # type: ignore[arg-type]

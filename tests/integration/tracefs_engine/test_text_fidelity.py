@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from probescope.engines.tracefs.kernel import running_kernel_grammar
+from probescope.system.kernel import running_kernel_grammar
 from support.witness import record_both, same_but_time
 
 pytestmark = pytest.mark.root

@@ -9,8 +9,8 @@ import pytest
 
 from probescope.engines.tracefs.instance import Instance
 from probescope.errors import SpecError, SpecErrors, TracefsError
+from probescope.language.model import ProbeKind
 from probescope.session import Session
-from probescope.spec.model import ProbeKind
 from support.witness import record_both, renamed_as_kernel, same_but_time
 
 pytestmark = pytest.mark.root

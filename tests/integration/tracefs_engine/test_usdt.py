@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from probescope.errors import SpecError
+from probescope.language.model import ProbeKind
 from probescope.session import Session
-from probescope.spec.model import ProbeKind
 from support.build import compile_program
 
 pytestmark = pytest.mark.root

@@ -8,8 +8,8 @@ from typing import Any
 
 from probescope.engines.tracefs.format import EventFormat, FormatField, parse_event_format
 from probescope.events import Event, EventType
+from probescope.language.model import ProbeKind
 from probescope.sinks.print_fmt import PrintFmtContext, compile_print_fmt
-from probescope.spec.model import ProbeKind
 
 COMMON = """\
 \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;

@@ -12,6 +12,7 @@ import pytest
 from probescope.engines.tracefs.format import EventFormat
 from probescope.errors import RingBufferFormatError
 from probescope.events import EventType
+from probescope.language.model import ArgType, ProbeKind
 from probescope.sinks.print_fmt import (
     NOT_REPRODUCED,
     KernelSymbols,
@@ -25,7 +26,6 @@ from probescope.sinks.print_fmt import (
     tracepoint_printer,
 )
 from probescope.sinks.text import TextSink
-from probescope.spec.model import ArgType, ProbeKind
 from unit.print_fmt.support import event, event_format, event_type, render
 
 KALLSYMS = """\

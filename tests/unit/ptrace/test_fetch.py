@@ -8,8 +8,8 @@ import pytest
 
 from probescope.engines.ptrace import arch_x86_64 as arch
 from probescope.engines.ptrace.fetch import FetchContext, ProbeFetcher
-from probescope.spec.kernel_grammar import parse_kernel_probe
-from probescope.spec.model import ProbeSpec
+from probescope.language.kernel_grammar import parse_kernel_probe
+from probescope.language.model import ProbeSpec
 
 
 class FakeMemory:

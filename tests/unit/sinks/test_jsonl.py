@@ -6,8 +6,8 @@ import io
 import json
 
 from probescope.events import Event, EventBatch, EventType
+from probescope.language.model import ArgType, ProbeKind
 from probescope.sinks.jsonl import JsonLinesSink
-from probescope.spec.model import ArgType, ProbeKind
 
 TYPE = EventType(
     "grp",

@@ -7,10 +7,10 @@ import io
 import pytest
 
 from probescope.events import Event, EventBatch, EventType
+from probescope.language.model import ArgType, ProbeKind
 from probescope.sinks import text
 from probescope.sinks.kernel_symbols import KernelSymbols, use_kernel_symbols
 from probescope.sinks.text import TextSink, lat_flags, lost_line
-from probescope.spec.model import ArgType, ProbeKind
 
 IRQS_OFF, LAZY, NEED, HARD, SOFT, PREEMPT, NMI, BH_OFF = 1, 2, 4, 8, 16, 32, 64, 128
 

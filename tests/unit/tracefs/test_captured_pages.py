@@ -12,7 +12,7 @@ import pytest
 from fixtures.captured import CapturedCase, case_paths, load_case
 from probescope.engines.tracefs import decoder as decoder_module
 from probescope.engines.tracefs.ringbuffer import LOST_UNKNOWN, iter_records, split_sub_buffers
-from probescope.spec.model import ProbeKind
+from probescope.language.model import ProbeKind
 
 CASES = case_paths()
 UPROBE_CASES = [p for p in CASES if (p / "formats").is_dir() and not p.name.startswith("trace")]

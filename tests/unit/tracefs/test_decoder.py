@@ -11,8 +11,8 @@ from probescope.engines.tracefs.decoder import EventDecoder, infer_probe_arg_typ
 from probescope.engines.tracefs.format import EventFormat, parse_event_format
 from probescope.engines.tracefs.ringbuffer import SubBufferLayout
 from probescope.errors import RingBufferFormatError
-from probescope.spec.kernel_grammar import parse_kernel_probe
-from probescope.spec.model import ProbeKind, ProbeSpec
+from probescope.language.kernel_grammar import parse_kernel_probe
+from probescope.language.model import ProbeKind, ProbeSpec
 from unit.tracefs import synthetic as s
 
 LE = SubBufferLayout(byteorder="little")

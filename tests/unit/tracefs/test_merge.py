@@ -9,7 +9,7 @@ import pytest
 
 from probescope.engines.tracefs.decoder import LiveMerge, merge_cpu_batches
 from probescope.events import Event, EventBatch, EventType
-from probescope.spec.model import ProbeKind
+from probescope.language.model import ProbeKind
 
 TYPE = EventType("g", "e", ProbeKind.UPROBE)
 

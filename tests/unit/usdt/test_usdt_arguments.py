@@ -302,6 +302,6 @@ def test_fetch_as_another_type(text: str, type_name: str, expected: str | None) 
 
 
 def test_every_x86_alias_maps_to_a_kernel_register_name() -> None:
-    from probescope.spec.arch import X86_64
+    from probescope.language.arch import X86_64
 
     assert {kernel for kernel, _ in X86_REGISTERS.values()} <= X86_64.registers

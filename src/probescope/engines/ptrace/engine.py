@@ -22,7 +22,7 @@ from probescope.engines.ptrace.tracee import ProbeSite, TracerOptions
 from probescope.engines.ptrace.tracer import Tracer, exit_status_code
 from probescope.errors import EngineUnavailable, PtraceError
 from probescope.events import Event, EventBatch
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.resolved import ResolvedProbe
 
 Handler = Callable[[HitContext], None]
 _CROSS_THREAD_DETACH_TIMEOUT = 10.0

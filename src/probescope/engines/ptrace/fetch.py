@@ -25,7 +25,7 @@ from typing import Any
 from probescope.engines.ptrace import arch_x86_64 as arch
 from probescope.engines.ptrace.memory import MAX_STRING_SIZE, TraceeMemory
 from probescope.errors import PtraceError
-from probescope.spec.model import (
+from probescope.language.model import (
     ArgType,
     Comm,
     Dereference,

@@ -16,7 +16,7 @@ from typing import Any
 from probescope.engines.ptrace import arch_x86_64 as arch
 from probescope.engines.ptrace.tracee import Breakpoint, ProbeSite, ReturnInstance, Thread
 from probescope.errors import PtraceError
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.resolved import ResolvedProbe
 
 
 class HitContext:

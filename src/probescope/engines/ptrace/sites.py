@@ -22,8 +22,8 @@ from probescope.engines.ptrace.fetch import ProbeFetcher
 from probescope.engines.ptrace.tracee import ProbeSite
 from probescope.errors import PtraceError
 from probescope.events import EventType
-from probescope.spec.model import ProbeKind, ProbeSpec
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.model import ProbeKind, ProbeSpec
+from probescope.language.resolved import ResolvedProbe
 
 _go_cache: dict[tuple[int, int, int], bool] = {}
 

@@ -18,7 +18,7 @@ from probescope.engines.ptrace import procfs, syscalls
 from probescope.engines.ptrace.fetch import ProbeFetcher
 from probescope.engines.ptrace.memory import TraceeMemory
 from probescope.events import EventType
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.resolved import ResolvedProbe
 
 Handler = Callable[[Any], None]
 

@@ -30,8 +30,8 @@ from probescope.engines.tracefs.ringbuffer import (
 )
 from probescope.errors import RingBufferFormatError
 from probescope.events import Event, EventBatch, EventType
-from probescope.spec.model import STRING_TYPES, ArgType, ProbeKind, ProbeSpec
-from probescope.spec.resolved import ResolvedProbe
+from probescope.language.model import STRING_TYPES, ArgType, ProbeKind, ProbeSpec
+from probescope.language.resolved import ResolvedProbe
 
 INLINE_EVENT_LIMIT = 6
 """Up to this many events are dispatched by an inline `if` chain; more go through a dict."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import TracefsError
-from probescope.spec.model import ProbeSpec
+from probescope.language.model import ProbeSpec
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from probescope.engines.tracefs.format import (
     parse_saved_tgids,
 )
 from probescope.engines.tracefs.instance import Instance
-from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.reaper import find_leftovers, reap
 from probescope.engines.tracefs.ringbuffer import SubBufferLayout, read_header
@@ -42,10 +41,11 @@ from probescope.engines.tracefs.static_plan import (
 from probescope.engines.tracefs.tracefs import Tracefs, lockdown_state
 from probescope.errors import EngineUnavailable, ProbescopeError, TracefsError
 from probescope.events import Event, EventBatch, EventType
-from probescope.spec.kinds import BY_KIND
-from probescope.spec.model import ProbeKind, ProbeSpec
-from probescope.spec.resolved import ResolvedProbe
-from probescope.spec.static_events import FunctionSpec, TracepointSpec
+from probescope.language.kinds import BY_KIND
+from probescope.language.model import ProbeKind, ProbeSpec
+from probescope.language.resolved import ResolvedProbe
+from probescope.language.static_events import FunctionSpec, TracepointSpec
+from probescope.system.kernel import running_kernel_grammar
 
 UNKNOWN_COMM = "<...>"
 FINAL_DRAIN_SECONDS = 2.0

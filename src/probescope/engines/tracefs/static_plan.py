@@ -14,7 +14,7 @@ from probescope.engines.tracefs.format import EventFormat, parse_event_format
 from probescope.engines.tracefs.ownership import PREFIX
 from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import SpecError, SpecErrors, TracefsError
-from probescope.spec.static_events import FunctionSpec, TracepointSpec
+from probescope.language.static_events import FunctionSpec, TracepointSpec
 
 # Events that exist only to describe ftrace's own records; they cannot be enabled.
 NOT_ENABLEABLE_SYSTEMS = frozenset({"ftrace"})

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from probescope.engines.tracefs.errorlog import ErrorLogEntry, parse_error_log
-from probescope.engines.tracefs.kernel import TRACEFS_MOUNTS
 from probescope.errors import EngineUnavailable, TracefsError
+from probescope.system.kernel import TRACEFS_MOUNTS
 
 MOUNT_POINTS = tuple(Path(mount) for mount in TRACEFS_MOUNTS)
 

@@ -11,16 +11,16 @@ import re
 from dataclasses import dataclass
 
 from probescope.errors import SpecError
-from probescope.spec.arch import Arch
-from probescope.spec.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
-from probescope.spec.kernel_features import KernelGrammar
-from probescope.spec.kernel_grammar import (
+from probescope.language.arch import Arch
+from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
+from probescope.language.kernel_features import KernelGrammar
+from probescope.language.kernel_grammar import (
     check_definition_text,
     split_words,
 )
-from probescope.spec.kernel_numbers import is_good_name, kstrtoul
-from probescope.spec.kinds import BY_ALIAS
-from probescope.spec.model import FetchArg, ProbeKind
+from probescope.language.kernel_numbers import is_good_name, kstrtoul
+from probescope.language.kinds import BY_ALIAS
+from probescope.language.model import FetchArg, ProbeKind
 
 _FRIENDLY_VARIABLE = re.compile(r"(?<![\w$%@\\])\$?(arg(\d+)|retval)(?![\w])")
 MAX_EVENT_LEN = 63

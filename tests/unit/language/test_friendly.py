@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from probescope.errors import SpecError
-from probescope.spec.arch import ARM64, X86_64
-from probescope.spec.friendly import FriendlyProbe, event_name_for, lower_args, split_target
-from probescope.spec.model import ProbeKind, ProbeSpec, Register, ReturnValue, StackEntry
-from probescope.spec.parse import parse_probe
+from probescope.language.arch import ARM64, X86_64
+from probescope.language.friendly import FriendlyProbe, event_name_for, lower_args, split_target
+from probescope.language.model import ProbeKind, ProbeSpec, Register, ReturnValue, StackEntry
+from probescope.language.parse import parse_probe
 
 
 def friendly(text: str) -> FriendlyProbe:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from enum import StrEnum
 
 from probescope.errors import SpecError, SpecErrors
-from probescope.spec.arch import Arch, host_arch
-from probescope.spec.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
-from probescope.spec.kernel_features import KernelGrammar
-from probescope.spec.kernel_numbers import (
+from probescope.language.arch import Arch, host_arch
+from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
+from probescope.language.kernel_features import KernelGrammar
+from probescope.language.kernel_numbers import (
     UINT_MAX,
     is_ascii_digit,
     is_good_name,
@@ -25,7 +25,7 @@ from probescope.spec.kernel_numbers import (
     kstrtouint,
     kstrtoul,
 )
-from probescope.spec.model import (
+from probescope.language.model import (
     DeleteSpec,
     EprobeLocation,
     FetchArg,

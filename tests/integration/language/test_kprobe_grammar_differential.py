@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.errors import SpecError
-from probescope.spec.kernel_grammar import EventsFile, parse_kernel_probe
-from probescope.spec.model import DeleteSpec
+from probescope.language.kernel_grammar import EventsFile, parse_kernel_probe
+from probescope.language.model import DeleteSpec
+from probescope.system.kernel import running_kernel_grammar
 from support.tracefs import tracefs_root
 
 from .kernel_oracle import KernelOracle

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from probescope.errors import SpecError
-from probescope.spec.model import ProbeKind
+from probescope.language.model import ProbeKind
 
 _GLOB = "*?["
 

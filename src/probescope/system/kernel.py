@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 
-from probescope.spec.kernel_features import KernelGrammar
+from probescope.language.kernel_features import KernelGrammar
 
 TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from probescope.errors import SpecError
-from probescope.spec.kernel_grammar import EventsFile, check_definition_text, parse_kernel_probe
-from probescope.spec.parse import parse_probe
+from probescope.language.kernel_grammar import EventsFile, check_definition_text, parse_kernel_probe
+from probescope.language.parse import parse_probe
 
 SMUGGLERS = [
     "p:ev /bin/true:0x10\n-:uprobes/other",

@@ -5,27 +5,27 @@ from __future__ import annotations
 import re
 
 from probescope.errors import SpecError
-from probescope.spec.arch import Arch, host_arch
-from probescope.spec.fetchargs import LATEST
-from probescope.spec.friendly import FriendlyProbe, parse_friendly, parse_friendly_words
-from probescope.spec.kernel_features import KernelGrammar
-from probescope.spec.kernel_grammar import (
+from probescope.language.arch import Arch, host_arch
+from probescope.language.fetchargs import LATEST
+from probescope.language.friendly import FriendlyProbe, parse_friendly, parse_friendly_words
+from probescope.language.kernel_features import KernelGrammar
+from probescope.language.kernel_grammar import (
     EventsFile,
     _parse_event_name,
     check_definition_text,
     parse_kernel_probe,
     split_words,
 )
-from probescope.spec.kernel_numbers import is_ascii_digit
-from probescope.spec.kinds import BY_ALIAS
-from probescope.spec.model import DeleteSpec, ProbeKind, ProbeSpec
-from probescope.spec.static_events import (
+from probescope.language.kernel_numbers import is_ascii_digit
+from probescope.language.kinds import BY_ALIAS
+from probescope.language.model import DeleteSpec, ProbeKind, ProbeSpec
+from probescope.language.static_events import (
     FunctionSpec,
     TracepointSpec,
     parse_function,
     parse_tracepoint,
 )
-from probescope.spec.usdt_spec import UsdtSpec, parse_usdt
+from probescope.language.usdt_spec import UsdtSpec, parse_usdt
 
 _KERNEL_HEAD = re.compile(r"^(p|r\d*|e)(:[^:]*)?$")
 _FRIENDLY_KERNEL_VARIABLE = re.compile(r"(?<![\w$%@\\])(arg\d+|retval)(?![\w])")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probescope.spec.model import ProbeKind, ProbeSpec, UprobeLocation
-from probescope.spec.static_events import FunctionSpec, TracepointSpec
+from probescope.language.model import ProbeKind, ProbeSpec, UprobeLocation
+from probescope.language.static_events import FunctionSpec, TracepointSpec
 
 
 @dataclass(frozen=True)

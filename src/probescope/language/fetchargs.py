@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from probescope.errors import SpecError
-from probescope.spec.arch import X86_64_REGISTER_ALIASES, Arch
-from probescope.spec.kernel_features import KernelGrammar
-from probescope.spec.kernel_numbers import (
+from probescope.language.arch import X86_64_REGISTER_ALIASES, Arch
+from probescope.language.kernel_features import KernelGrammar
+from probescope.language.kernel_numbers import (
     is_ascii_digit,
     is_good_name,
     kstrtol,
@@ -19,7 +19,7 @@ from probescope.spec.kernel_numbers import (
     kstrtoul,
     simple_strtoul,
 )
-from probescope.spec.model import (
+from probescope.language.model import (
     ArgType,
     Comm,
     Dereference,

@@ -1,15 +1,15 @@
 """Kernel-grammar cases beyond uprobes that this machine's kernel cannot check (kprobes,
 eprobes, deletes) plus rendering details; the uprobe grammar is diffed against the live
-kernel in tests/integration/spec."""
+kernel in tests/integration/language."""
 
 from __future__ import annotations
 
 import pytest
 
 from probescope.errors import SpecError, SpecErrors
-from probescope.spec.arch import X86_64
-from probescope.spec.kernel_grammar import EventsFile, parse_kernel_probe
-from probescope.spec.model import (
+from probescope.language.arch import X86_64
+from probescope.language.kernel_grammar import EventsFile, parse_kernel_probe
+from probescope.language.model import (
     DeleteSpec,
     Dereference,
     FileOffset,

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probescope.engines.tracefs.kernel import running_kernel_grammar
 from probescope.errors import SpecError
-from probescope.spec.fetchargs import MAX_TRACE_ARGS
-from probescope.spec.kernel_grammar import EventsFile, parse_kernel_probe
-from probescope.spec.model import DeleteSpec, UprobeLocation
+from probescope.language.fetchargs import MAX_TRACE_ARGS
+from probescope.language.kernel_grammar import EventsFile, parse_kernel_probe
+from probescope.language.model import DeleteSpec, UprobeLocation
+from probescope.system.kernel import running_kernel_grammar
 from support.tracefs import tracefs_root
 
 from .corpus import ARGS, NAMES, TYPES, uprobe_corpus

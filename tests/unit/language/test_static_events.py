@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from probescope.errors import SpecError
-from probescope.spec.parse import parse_probe
-from probescope.spec.static_events import FunctionSpec, TracepointSpec
+from probescope.language.parse import parse_probe
+from probescope.language.static_events import FunctionSpec, TracepointSpec
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_functions() -> None:
 
 
 def test_usdt_specs() -> None:
-    from probescope.spec.usdt_spec import UsdtSpec
+    from probescope.language.usdt_spec import UsdtSpec
 
     spec = parse_probe("usdt:/usr/bin/python3.11:python:gc__start")
     assert isinstance(spec, UsdtSpec)

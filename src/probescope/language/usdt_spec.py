@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 
 from probescope.errors import SpecError
-from probescope.spec.kernel_numbers import is_good_name
-from probescope.spec.model import ProbeKind
+from probescope.language.kernel_numbers import is_good_name
+from probescope.language.model import ProbeKind
 
 _ARG = re.compile(r"^(?:(?P<name>[^=]+)=)?arg(?P<index>\d+)(?::(?P<type>.+))?$")
 

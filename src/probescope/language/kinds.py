@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probescope.spec.model import ProbeKind
+from probescope.language.model import ProbeKind
 
 
 @dataclass(frozen=True)
