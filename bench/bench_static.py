@@ -557,7 +557,7 @@ def read_raw(path: Path, size: int) -> bytes:
 
 
 def capture(load: list[str], buffer_kb: int) -> Capture:
-    from probescope.engines.tracefs.format import parse_header_page
+    from probescope.traceevent.format import parse_header_page
 
     with hand_instance(buffer_kb) as root:
         _write(root / "tracing_on", "1")
@@ -796,17 +796,18 @@ def profile_text(source: str | cProfile.Profile, lines: int = 30) -> str:
 def decode_identical(
     work: Path, load: list[str], options: GuestOptions, profiles: list[str]
 ) -> DecodeResult:
-    from probescope.engines.tracefs.decoder import EventDecoder, merge_cpu_batches
-    from probescope.engines.tracefs.format import (
+    from probescope.events import Event, EventBatch
+    from probescope.language.model import ProbeKind
+    from probescope.sinks.text import TextSink
+    from probescope.traceevent.decoder import EventDecoder
+    from probescope.traceevent.format import (
         parse_event_format,
         parse_header_event,
         parse_header_page,
         parse_saved_cmdlines,
     )
-    from probescope.engines.tracefs.ringbuffer import SubBufferLayout, split_sub_buffers
-    from probescope.events import Event, EventBatch
-    from probescope.language.model import ProbeKind
-    from probescope.sinks.text import TextSink
+    from probescope.traceevent.merge import merge_cpu_batches
+    from probescope.traceevent.ringbuffer import SubBufferLayout, split_sub_buffers
 
     captured = capture(load, options.capture_kb)
     if captured.lost:

@@ -72,15 +72,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from probescope.engines.tracefs.decoder import EventDecoder
-from probescope.engines.tracefs.format import (
+from probescope.sinks.text import TextSink
+from probescope.traceevent.decoder import EventDecoder
+from probescope.traceevent.format import (
     parse_event_format,
     parse_header_event,
     parse_header_page,
     parse_saved_cmdlines,
 )
-from probescope.engines.tracefs.ringbuffer import SubBufferLayout, split_sub_buffers
-from probescope.sinks.text import TextSink
+from probescope.traceevent.ringbuffer import SubBufferLayout, split_sub_buffers
 
 TRACEFS = Path("/sys/kernel/tracing")
 SCRATCH_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None

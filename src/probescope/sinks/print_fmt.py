@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from probescope.engines.tracefs.format import EventFormat, FormatField
 from probescope.errors import RingBufferFormatError
 from probescope.events import Event, EventType
 from probescope.sinks.kernel_symbols import KernelSymbols, kernel_symbols
 from probescope.sinks.text import BodyTemplate
+from probescope.traceevent.format import EventFormat, FormatField
 
 Printer = Callable[[Event], str]
 

@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from probescope.engines.tracefs.format import EventFormat, FormatField, parse_event_format
 from probescope.events import Event, EventType
 from probescope.language.model import ProbeKind
 from probescope.sinks.print_fmt import PrintFmtContext, compile_print_fmt
+from probescope.traceevent.format import EventFormat, FormatField, parse_event_format
 
 COMMON = """\
 \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;

@@ -9,7 +9,6 @@ import struct
 
 import pytest
 
-from probescope.engines.tracefs.format import EventFormat
 from probescope.errors import RingBufferFormatError
 from probescope.events import EventType
 from probescope.language.model import ArgType, ProbeKind
@@ -26,6 +25,7 @@ from probescope.sinks.print_fmt import (
     tracepoint_printer,
 )
 from probescope.sinks.text import TextSink
+from probescope.traceevent.format import EventFormat
 from unit.print_fmt.support import event, event_format, event_type, render
 
 KALLSYMS = """\

@@ -6,13 +6,14 @@ import struct
 
 import pytest
 
-from probescope.engines.tracefs import decoder as decoder_module
-from probescope.engines.tracefs.decoder import EventDecoder, infer_probe_arg_types
-from probescope.engines.tracefs.format import EventFormat, parse_event_format
-from probescope.engines.tracefs.ringbuffer import SubBufferLayout
 from probescope.errors import RingBufferFormatError
 from probescope.language.kernel_grammar import parse_kernel_probe
 from probescope.language.model import ProbeKind, ProbeSpec
+from probescope.traceevent import decoder as decoder_module
+from probescope.traceevent.decoder import EventDecoder
+from probescope.traceevent.event_layout import infer_probe_arg_types
+from probescope.traceevent.format import EventFormat, parse_event_format
+from probescope.traceevent.ringbuffer import SubBufferLayout
 from unit.tracefs import synthetic as s
 
 LE = SubBufferLayout(byteorder="little")

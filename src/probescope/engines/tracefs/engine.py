@@ -19,19 +19,10 @@ from dataclasses import dataclass, field, replace
 
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
 from probescope.engines.launch import GatedCommand
-from probescope.engines.tracefs.decoder import EventDecoder, LiveMerge
 from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
-from probescope.engines.tracefs.format import (
-    EventFormat,
-    parse_event_format,
-    parse_header_page,
-    parse_saved_cmdlines,
-    parse_saved_tgids,
-)
 from probescope.engines.tracefs.instance import Instance
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.reaper import find_leftovers, reap
-from probescope.engines.tracefs.ringbuffer import SubBufferLayout, read_header
 from probescope.engines.tracefs.spool import PageSpool
 from probescope.engines.tracefs.static_plan import (
     TracepointPlan,
@@ -46,6 +37,16 @@ from probescope.language.model import ProbeKind, ProbeSpec
 from probescope.language.resolved import ResolvedProbe
 from probescope.language.static_events import FunctionSpec, TracepointSpec
 from probescope.system.kernel import RunningKernel
+from probescope.traceevent.decoder import EventDecoder
+from probescope.traceevent.format import (
+    EventFormat,
+    parse_event_format,
+    parse_header_page,
+    parse_saved_cmdlines,
+    parse_saved_tgids,
+)
+from probescope.traceevent.merge import LiveMerge
+from probescope.traceevent.ringbuffer import SubBufferLayout, read_header
 
 UNKNOWN_COMM = "<...>"
 FINAL_DRAIN_SECONDS = 2.0
