@@ -23,8 +23,10 @@ class EventType:
     arg_types: tuple[ArgType, ...] = ()
     system: str | None = None  # tracepoints: the events/ subsystem, which is the group
     fields: tuple[str, ...] = field(default=(), compare=False)
-    # The kernel's description of the record (an engines.tracefs EventFormat) when the events
-    # came from trace events: what a printer needs to print them as the kernel does.
+    # The kernel's description of the record (a traceevent.format.EventFormat) when the events
+    # came from trace events: what a printer needs to print them as the kernel does (the text
+    # sink evaluates a tracepoint's `print fmt` from it). The decoder sets it; it is how the
+    # formats of a session's events reach its sinks, with no registry in between.
     format: Any = field(default=None, compare=False)
 
 

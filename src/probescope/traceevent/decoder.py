@@ -20,6 +20,7 @@ from probescope.errors import RingBufferFormatError
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.model import ProbeKind, ProbeSpec
 from probescope.language.resolved import ResolvedProbe
+from probescope.traceevent.context import KernelContext
 from probescope.traceevent.event_layout import (
     INT_CODES,
     EventLayout,
@@ -71,6 +72,23 @@ class EventDecoder:
         self._reader: SubBufferReader | None = None
         self.update_comms(comms or {})
         self.update_tgids(tgids or {})
+
+    @classmethod
+    def from_context(
+        cls, context: KernelContext, *, strict: bool = True, sub_buffer_size: int | None = None
+    ) -> EventDecoder:
+        """A decoder of the sub-buffers of the kernel `context` describes: its layout, the
+        tasks it named, and every event format it holds (probe arguments typed from their
+        print fmt; `add_event` with a probe types them exactly)."""
+        decoder = cls(
+            context.layout(sub_buffer_size),
+            comms=context.comms,
+            tgids=context.tgids,
+            strict=strict,
+        )
+        for event_format in context.formats:
+            decoder.add_event(event_format)
+        return decoder
 
     @property
     def event_types(self) -> Mapping[int, EventType]:

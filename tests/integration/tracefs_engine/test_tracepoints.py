@@ -179,7 +179,7 @@ def test_syscall_tracepoints_record_known_activity(
     out = io.StringIO()
     from probescope.sinks.base import open_sink
 
-    sink = open_sink("text", out)
+    sink = open_sink("text", out, context=session.kernel_context())
     sink.write(write)  # type: ignore[arg-type]
     assert (
         out.getvalue()
