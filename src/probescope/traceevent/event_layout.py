@@ -119,6 +119,7 @@ def event_layout(
             kind = ProbeKind.TRACEPOINT
     ip_field: str | None = None
     ret_ip_field: str | None = None
+    named_by_spec = False
     if kind in (ProbeKind.TRACEPOINT, ProbeKind.FUNCTION):
         named = _tracepoint_values(event_format)
     else:
@@ -136,6 +137,7 @@ def event_layout(
                     "__probe_ip field"
                 )
             ip_field = "__probe_ip"
+        named_by_spec = spec is not None
         if spec is not None:
             typed = tuple((arg.name, arg.type) for arg in spec.args)
         else:
@@ -143,7 +145,16 @@ def event_layout(
         named = tuple(
             (_probe_value(event_format, name, arg_type), arg_type) for name, arg_type in typed
         )
-    if event_type is None:
+    if event_type is None and spec is not None and named_by_spec:
+        event_type = EventType.of_probe(
+            spec,
+            kind,
+            group=group,
+            name=event_format.name,
+            fields=tuple(f.name for f in event_format.fields),
+            format=event_format,
+        )
+    elif event_type is None:
         event_type = EventType(
             group=group,
             name=event_format.name,

@@ -229,13 +229,7 @@ class TracefsEngine:
                     serial += 1
                 names[key] = name
                 used.add(name)
-                self._types[name] = EventType(
-                    group=spec.group_name,
-                    name=name,
-                    kind=probe.kind,
-                    arg_names=tuple(a.name for a in spec.args),
-                    arg_types=tuple(a.type for a in spec.args),
-                )
+                self._types[name] = EventType.of_probe(spec, probe.kind, name=name)
             specs.append(replace(spec, group=self.group, event=name))
         return specs
 
