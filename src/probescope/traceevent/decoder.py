@@ -354,13 +354,23 @@ def _location_lines(
 
 
 def _event_expr(event: EventLayout) -> str:
+    """The expression that builds the record's Event as a plain tuple (no keyword handling),
+    its fields in the order `Event._fields` gives them, from the locals of `_event_body`."""
     args = "".join(f"a{index}, " for index in range(len(event.values)))
-    ip = "ip" if event.ip_field else "0"
-    ret_ip = "ret_ip" if event.ret_ip_field else "None"
-    return (
-        f"_new(_Event, (ts, cpu, tgid, tid, comm, _type_{event.format.id}, {ip}, {ret_ip}, "
-        f"({args}), flags, preempt))"
-    )
+    sources = {
+        "timestamp_ns": "ts",
+        "cpu": "cpu",
+        "pid": "tgid",
+        "tid": "tid",
+        "comm": "comm",
+        "type": f"_type_{event.format.id}",
+        "ip": "ip" if event.ip_field else "0",
+        "ret_ip": "ret_ip" if event.ret_ip_field else "None",
+        "args": f"({args})",
+        "flags": "flags",
+        "preempt_count": "preempt",
+    }
+    return f"_new(_Event, ({', '.join(sources[name] for name in Event._fields)},))"
 
 
 def _unknown_event(type_id: int, start: int) -> None:

@@ -51,7 +51,7 @@ from probescope.traceevent.ringbuffer import SubBufferLayout, read_header
 UNKNOWN_COMM = "<...>"
 FINAL_DRAIN_SECONDS = 2.0
 COMM_REFRESH_SECONDS = 0.05
-_TID = operator.itemgetter(3)
+_TID = operator.itemgetter(Event._fields.index("tid"))
 
 
 @dataclass
