@@ -95,6 +95,11 @@ class EventDecoder:
         """The EventType of every event added, by event id."""
         return {event_id: event.event_type for event_id, event in self._events.items()}
 
+    @property
+    def formats(self) -> tuple[EventFormat, ...]:
+        """The format of every event added, in event id order."""
+        return tuple(self._events[event_id].format for event_id in sorted(self._events))
+
     def update_comms(self, comms: Mapping[int, str]) -> None:
         self._comms.update(comms)
         self._comms[0] = IDLE_COMM
