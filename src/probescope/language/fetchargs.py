@@ -342,7 +342,7 @@ class _FetchParser:
         deref_offset = kstrtol(text[:paren])
         if deref_offset is None:
             raise ctx.error(f"invalid dereference offset in {arg!r}", offset)
-        inner_offset = offset + paren + 1 + (1 if text[:1] != "-" else 0)
+        inner_offset = offset + arg.find("(") + 1  # counted in `arg`: `text` lost a "u" and "+"
         inner = text[paren + 1 :]
         close = inner.rfind(")")
         if close < 0:
@@ -477,7 +477,7 @@ def parse_fetcharg(
             raise ctx.error("dereference is too much nested")
         store = "symstr" if base_name == "symstr" else "string"
     elif op in ("deref", "uderef"):
-        store = "mem"
+        store = "mem" if op == "deref" else "umem"  # FETCH_OP_ST_MEM / FETCH_OP_ST_UMEM
     else:
         if not slots.advance():
             raise ctx.error("dereference is too much nested")
@@ -492,6 +492,13 @@ def parse_fetcharg(
                 "within the container",
             )
     if count:
+        if store == "umem":
+            raise ctx.error(
+                "arrays are not read through a user-space dereference (+uOFFS)",
+                type_offset,
+                hint="the kernel reads arrays with ST_MEM only: write +OFFS(...) (uprobes read "
+                "user memory with it too)",
+            )
         if store not in ("mem", "string"):
             raise ctx.error(
                 "arrays need a memory fetch",
