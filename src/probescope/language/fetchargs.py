@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from probescope.errors import SpecError
 from probescope.language.arch import X86_64_REGISTER_ALIASES, Arch
+from probescope.language.fetch_types import TYPE_NAMES, parse_bitfield, parse_type
 from probescope.language.kernel_features import KernelGrammar
 from probescope.language.kernel_numbers import (
     is_ascii_digit,
@@ -17,7 +18,6 @@ from probescope.language.kernel_numbers import (
     kstrtol,
     kstrtouint,
     kstrtoul,
-    simple_strtoul,
 )
 from probescope.language.model import (
     ArgType,
@@ -56,18 +56,6 @@ RESERVED_FIELD_NAMES = frozenset(
         "__probe_func",
     }
 )
-
-_BASIC_TYPES: dict[str, tuple[int, bool]] = {
-    **{f"u{b}": (b // 8, False) for b in (8, 16, 32, 64)},
-    **{f"s{b}": (b // 8, True) for b in (8, 16, 32, 64)},
-    **{f"x{b}": (b // 8, False) for b in (8, 16, 32, 64)},
-    "char": (1, False),
-    "symbol": (8, False),
-    "string": (4, False),
-    "ustring": (4, False),
-    "symstr": (4, False),
-}
-TYPE_NAMES = tuple(_BASIC_TYPES)
 
 
 LATEST = KernelGrammar.latest()
@@ -118,47 +106,6 @@ class _Context:
 
     def error(self, message: str, offset: int = 0, hint: str | None = None) -> SpecError:
         return SpecError(message, spec=self.spec, column=self.column + offset, hint=hint)
-
-
-def parse_type(text: str | None, flags: ParseFlags) -> tuple[str, int, bool] | None:
-    """`find_fetch_type`: (base type name, size, signed) or None when the kernel says BAD_TYPE."""
-    grammar = flags.grammar
-    if (
-        text is not None
-        and flags.user
-        and text in ("symbol", "symstr")
-        and grammar.refuses_symbol_types_on_uprobes
-    ):
-        return None
-    if text is not None and text in _BASIC_TYPES and text not in grammar.types:
-        return None
-    if text is None:
-        text = "x64"
-    if text.startswith("b"):
-        slash = text.find("/")
-        if slash < 0:
-            return None
-        container = kstrtoul(text[slash + 1 :])
-        if container not in (8, 16, 32, 64):
-            return None
-        return f"u{container}", container // 8, False
-    found = _BASIC_TYPES.get(text)
-    return (text, *found) if found else None
-
-
-def _parse_bitfield(text: str, size: int) -> tuple[int, int, int] | None:
-    """`__parse_bitfield_probe_arg`: (width, offset, container bits) or None (BAD_BITFIELD)."""
-    width, n = simple_strtoul(text[1:])
-    rest = text[1 + n :]
-    if width == 0 or rest[:1] != "@":
-        return None
-    offset, m = simple_strtoul(rest[1:])
-    if m == 0 or rest[1 + m : 2 + m] != "/":
-        return None
-    bits = size * 8
-    if bits < width + offset:
-        return None
-    return width, offset, bits
 
 
 def _register_hint(name: str, arch: Arch) -> str | None:
@@ -443,14 +390,14 @@ def parse_fetcharg(
                 type_offset,
                 hint=f"write {fetch_text}:string or leave the type out",
             )
-        base = parse_type("string", flags)
+        base = parse_type("string", flags.grammar, user=flags.user)
     else:
-        base = parse_type(type_text, flags)
+        base = parse_type(type_text, flags.grammar, user=flags.user)
     if base is None:
         hint = "types: u8..u64, s8..s64, x8..x64, char, string, ustring, b<w>@<o>/<c>, TYPE[N]"
         if flags.user and type_text in ("symbol", "symstr"):
             hint = "symbol and symstr resolve kernel addresses; they are for kprobes only"
-        elif type_text in _BASIC_TYPES:
+        elif type_text in TYPE_NAMES:
             release = ".".join(map(str, flags.grammar.release))
             hint = f"kernel {release} does not know the type {type_text!r}"
         raise ctx.error(f"unknown type {type_text!r}", type_offset, hint=hint)
@@ -483,7 +430,7 @@ def parse_fetcharg(
             raise ctx.error("dereference is too much nested")
         store = "raw"
     if type_text is not None and type_text.startswith("b"):
-        bitfield = _parse_bitfield(type_text, size)
+        bitfield = parse_bitfield(type_text, size)
         if bitfield is None or not slots.advance():
             raise ctx.error(
                 f"invalid bitfield {type_text!r}",
