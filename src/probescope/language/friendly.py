@@ -23,7 +23,6 @@ from probescope.language.kinds import BY_ALIAS
 from probescope.language.model import FetchArg, ProbeKind
 
 _FRIENDLY_VARIABLE = re.compile(r"(?<![\w$%@\\])\$?(arg(\d+)|retval)(?![\w])")
-MAX_EVENT_LEN = 63
 
 
 @dataclass(frozen=True)
@@ -272,23 +271,10 @@ def parse_friendly_words(text: str, words: list[tuple[int, str]]) -> FriendlyPro
     )
 
 
-def event_name_for(symbol: str, offset: int, is_return: bool) -> str:
-    """A tracefs-legal event name for a probe on `symbol+offset` (perf-probe style)."""
-    base = symbol.split("@", 1)[0]
-    name = re.sub(r"[^A-Za-z0-9_]", "_", base) or "probe"
-    if name[0].isdigit():
-        name = "_" + name
-    if offset:
-        name += f"_{offset}"
-    suffix = "__return" if is_return else ""
-    return name[: MAX_EVENT_LEN - len(suffix)] + suffix
-
-
 __all__ = [
     "FriendlyArg",
     "FriendlyProbe",
     "check_definition_text",
-    "event_name_for",
     "lower_args",
     "parse_friendly",
     "parse_friendly_words",

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from probescope.errors import ProbescopeError, SpecError, SpecErrors, SymbolError
 from probescope.language.arch import Arch, host_arch
+from probescope.language.event_names import event_name_for, first_free, numbered
 from probescope.language.fetchargs import LATEST, ParseFlags, parse_fetcharg
-from probescope.language.friendly import FriendlyProbe, event_name_for, lower_args
+from probescope.language.friendly import FriendlyProbe, lower_args
 from probescope.language.kernel_features import KernelGrammar
 from probescope.language.model import DeleteSpec, ProbeKind, ProbeSpec, UprobeLocation
 from probescope.language.parse import Spec, parse_probe
@@ -220,7 +221,7 @@ def _resolve_usdt(
                 for i, fetch in enumerate(fetch_texts)
             )
             signature = tuple(f"{a.name}:{a.type}" for a in args)
-            event = names.setdefault(signature, base if not names else f"{base[:60]}_{len(names)}")
+            event = names.setdefault(signature, numbered(base, len(names)) if names else base)
             probe_spec = ProbeSpec(
                 kind=ProbeKind.UPROBE,
                 location=UprobeLocation(path, site.pc_offset, site.semaphore_offset),
@@ -303,21 +304,19 @@ def _unique_event_names(probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
     """Derived names that collide (same function name in two libraries, aliases in a glob) get
     a numeric suffix; names the user chose are kept, so repeating one appends probe points to
     one event the way the kernel does."""
-    seen: dict[tuple[str, str], int] = {}
+    taken: dict[str, set[str]] = {}
     result = []
     for probe in probes:
         spec = probe.spec
         if not isinstance(spec, ProbeSpec):
             result.append(probe)
             continue
-        key = (spec.group_name, spec.event_name)
-        count = seen.get(key, 0)
-        seen[key] = count + 1
+        names = taken.setdefault(spec.group_name, set())
         user_named = spec.kind in (ProbeKind.UPROBE, ProbeKind.URETPROBE) and _user_named(spec)
-        if count and not user_named:
-            new_name = f"{spec.event_name[:60]}_{count}"
-            seen[(spec.group_name, new_name)] = 1
-            probe = replace(probe, spec=replace(spec, event=new_name))
+        name = spec.event_name if user_named else first_free(spec.event_name, names)
+        if name != spec.event_name:
+            probe = replace(probe, spec=replace(spec, event=name))
+        names.add(name)
         result.append(probe)
     return result
 

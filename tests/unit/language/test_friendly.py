@@ -6,7 +6,8 @@ import pytest
 
 from probescope.errors import SpecError
 from probescope.language.arch import ARM64, X86_64
-from probescope.language.friendly import FriendlyProbe, event_name_for, lower_args, split_target
+from probescope.language.event_names import MAX_EVENT_LEN, event_name_for, first_free, numbered
+from probescope.language.friendly import FriendlyProbe, lower_args, split_target
 from probescope.language.model import ProbeKind, ProbeSpec, Register, ReturnValue, StackEntry
 from probescope.language.parse import parse_probe
 
@@ -170,3 +171,14 @@ def test_friendly_kprobes_lower_to_kernel_grammar() -> None:
     spec = parse_probe("kr:vfs_read retval:s64", arch=X86_64)
     assert isinstance(spec, ProbeSpec)
     assert str(spec) == "r:kprobes/r_vfs_read_0 vfs_read retval=$retval:s64"
+
+
+def test_numbered_event_names_stay_within_the_kernels_limit() -> None:
+    assert numbered("malloc", 1) == "malloc_1"
+    for number in (1, 9, 10, 99, 100, 12345, 10**20):
+        name = numbered("x" * 70, number)
+        assert len(name) == MAX_EVENT_LEN and name.endswith(f"_{number}")
+    assert first_free("f", set()) == "f"
+    assert first_free("f", {"f", "f_1", "f_3"}) == "f_2"
+    long = "y" * 63
+    assert first_free(long, {long}) == "y" * 61 + "_1"
