@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probescope.errors import SpecError
+from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import X86_64_REGISTER_ALIASES, Arch
 from probescope.language.fetch_types import TYPE_NAMES, parse_bitfield, parse_type
 from probescope.language.kernel_features import KernelGrammar
@@ -20,6 +20,7 @@ from probescope.language.kernel_numbers import (
     kstrtoul,
 )
 from probescope.language.model import (
+    AbiArgument,
     ArgType,
     Comm,
     Dereference,
@@ -27,6 +28,8 @@ from probescope.language.model import (
     Fetch,
     FetchArg,
     FileOffset,
+    FriendlyReturnValue,
+    FriendlyVariable,
     FunctionArg,
     Immediate,
     ImmediateString,
@@ -36,6 +39,7 @@ from probescope.language.model import (
     ReturnValue,
     StackEntry,
     StackPointer,
+    innermost,
 )
 
 MAX_ARG_NAME_LEN = 32
@@ -71,6 +75,9 @@ class ParseFlags:
     function_entry: bool = False  # TPARG_FL_FENTRY (kprobe on a function's first byte)
     trace_event: bool = False  # TPARG_FL_TEVENT (eprobe)
     grammar: KernelGrammar = LATEST
+    # probescope's friendly form: `argN` and `retval` name the ABI argument and the return
+    # value (AbiArgument, FriendlyReturnValue), lowered once the probe's place is known.
+    friendly: bool = False
 
     @property
     def kernel(self) -> bool:
@@ -130,6 +137,10 @@ class _FetchParser:
         """Returns the fetch and its kernel op class (for the store checks of the caller)."""
         ctx = self.ctx
         flags = ctx.flags
+        if flags.friendly:
+            variable = friendly_variable(arg, ctx.column + offset, user=flags.user)
+            if variable is not None:
+                return self._parse_friendly(variable, offset)
         head = arg[:1]
         if head == "$":
             return self._parse_var(arg, offset)
@@ -173,6 +184,8 @@ class _FetchParser:
                 hint = None
                 if flags.user:
                     hint = "uprobes cannot name variables; fetch registers (%di) or memory"
+                if flags.friendly:
+                    hint = "the friendly form names argN (the ABI's Nth argument) and retval"
                 raise ctx.error(
                     f"{arg!r}: BTF variables are not available on this probe", offset, hint=hint
                 )
@@ -182,7 +195,48 @@ class _FetchParser:
                 offset,
                 hint="use $argN for function arguments",
             )
-        raise ctx.error(f"invalid fetch argument {arg!r}", offset, hint=_FETCHARG_HINT)
+        hint = _FETCHARG_HINT + (", or argN and retval" if flags.friendly else "")
+        raise ctx.error(f"invalid fetch argument {arg!r}", offset, hint=hint)
+
+    def _parse_friendly(self, variable: FriendlyVariable, offset: int) -> tuple[Fetch, str]:
+        """`argN`/`retval`: checked here against what the probe is; lowered later."""
+        ctx = self.ctx
+        flags = ctx.flags
+        if isinstance(variable, FriendlyReturnValue):
+            if not flags.is_return:
+                raise ctx.error(
+                    "retval is only available in a return probe",
+                    offset,
+                    hint="write r:TARGET:SYMBOL or TARGET:SYMBOL%return"
+                    if flags.user
+                    else "write kr:SYMBOL",
+                )
+            return variable, "retval"
+        number = variable.number
+        if number == 0:
+            raise ctx.error("arguments count from arg1", offset)
+        if flags.user:
+            if flags.is_return:
+                raise ctx.error(
+                    f"arg{number} is not available in a return probe: uprobes cannot carry "
+                    "entry arguments to the return",
+                    offset,
+                    hint="add an entry probe on the same function for its arguments",
+                )
+            return variable, "reg"
+        if number > PARAM_MAX_STACK:
+            raise ctx.error(
+                f"invalid argument number in {variable.spelling!r}",
+                offset,
+                hint=f"the kernel reads at most {PARAM_MAX_STACK} arguments",
+            )
+        if not flags.args_available:
+            raise ctx.error(
+                f"{variable.spelling} can be used only on function entry or exit",
+                offset,
+                hint="probe the function itself (no +OFFSET)",
+            )
+        return variable, "arg"
 
     def _parse_var(self, arg: str, offset: int) -> tuple[Fetch, str]:
         ctx = self.ctx
@@ -317,6 +371,18 @@ _FETCHARG_HINT = (
 _VARS_HINT = "$-variables are $stack, $stackN, $retval, $comm and (kernel probes) $argN"
 
 
+def friendly_variable(text: str, column: int, *, user: bool) -> FriendlyVariable | None:
+    """`argN` or `retval` (on uprobes also `$argN`/`$retval`, which the kernel has no use for
+    there) as the whole of `text`, which starts at `column` of the spec; else None."""
+    body = text[1:] if user and text[:1] == "$" else text
+    if body == "retval":
+        return FriendlyReturnValue(text, column)
+    digits = body[3:]
+    if body[:3] == "arg" and digits.isascii() and digits.isdigit():
+        return AbiArgument(int(digits), text, column)
+    return None
+
+
 def _immediate(text: str) -> int | None:
     """`str_to_immediate`, as the unsigned long the kernel stores."""
     head = text[:1]
@@ -361,6 +427,11 @@ def parse_fetcharg(
     else:
         name = f"arg{index + 1}"
         body = text
+        if flags.friendly:
+            # A bare `arg2`/`retval` names the argument after itself when that name is free.
+            bare = friendly_variable(body.split(":", 1)[0], 0, user=flags.user)
+            if bare is not None and bare.spelling.removeprefix("$") not in used_names:
+                name, named = bare.spelling.removeprefix("$"), True
     if not is_good_name(name):
         raise ctx.error(
             f"argument name {name!r} must follow the rules of C identifiers",
@@ -369,12 +440,10 @@ def parse_fetcharg(
     if name in RESERVED_FIELD_NAMES or name in used_names:
         hint = "give the argument a distinct NAME=" if not named else None
         raise ctx.error(f"argument name {name!r} is already used", hint=hint)
-    body_offset = equals + 1 if named else 0
-    ctx.column = column + body_offset
-    if len(body) > MAX_ARGSTR_LEN:
-        raise ctx.error(
-            f"argument expression is too long ({len(body)} > {MAX_ARGSTR_LEN} characters)"
-        )
+    ctx.column = column + equals + 1  # where the body starts (equals is -1 without a name)
+    # What the kernel gets of a friendly argument is its lowered text: measured by lowering.
+    if len(body) > MAX_ARGSTR_LEN and not flags.friendly:
+        raise _too_long(ctx, body)
     if not body:
         raise ctx.error("no argument expression after '='")
 
@@ -405,6 +474,9 @@ def parse_fetcharg(
 
     parser = _FetchParser(ctx)
     fetch, op = parser.parse(fetch_text, 0)
+    lowered_later = isinstance(innermost(fetch), AbiArgument | FriendlyReturnValue)
+    if flags.friendly and len(body) > MAX_ARGSTR_LEN and not lowered_later:
+        raise _too_long(ctx, body)
     slots = parser.slots
     is_string = base_name in ("string", "ustring", "symstr")
     bitfield = None
@@ -463,7 +535,50 @@ def parse_fetcharg(
         bitfield=bitfield,
         count=count,
     )
-    return FetchArg(name=name, fetch=fetch, type=arg_type, expression=body, named=named)
+    return FetchArg(
+        name=name,
+        fetch=fetch,
+        type=arg_type,
+        expression=body,
+        named=named,
+        column=ctx.column,
+    )
+
+
+def _too_long(ctx: _Context, body: str) -> SpecError:
+    return ctx.error(f"argument expression is too long ({len(body)} > {MAX_ARGSTR_LEN} characters)")
+
+
+def parse_fetchargs(
+    text: str, words: list[tuple[int, str]], *, flags: ParseFlags, arch: Arch
+) -> tuple[tuple[FetchArg, ...], list[SpecError]]:
+    """Every `[NAME=]FETCHARG[:TYPE]` of one probe (`words` with their columns in `text`): the
+    arguments that parsed, and the problems of the others (collect, then fail)."""
+    args: list[FetchArg] = []
+    errors: list[SpecError] = []
+    used: set[str] = set()
+    for index, (column, word) in enumerate(words):
+        try:
+            arg = parse_fetcharg(
+                word,
+                index,
+                flags=flags,
+                arch=arch,
+                spec=text,
+                column=column,
+                used_names=frozenset(used),
+            )
+        except SpecErrors as many:
+            errors += many.errors
+        except SpecError as error:
+            errors.append(error)
+        else:
+            used.add(arg.name)
+            args.append(arg)
+            continue
+        equals = word.find("=")
+        used.add(word[:equals] if equals > 0 else f"arg{index + 1}")
+    return tuple(args), errors
 
 
 def _split_type(body: str, ctx: _Context) -> tuple[str, str | None, int]:
