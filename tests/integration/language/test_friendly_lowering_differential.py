@@ -23,7 +23,7 @@ from probescope.language.arch import host_arch
 from probescope.language.friendly import FriendlyProbe, lower_args
 from probescope.language.model import ProbeSpec, UprobeLocation
 from probescope.language.parse import parse_probe
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 from support.tracefs import tracefs_root
 from unit.language.friendly_arguments import ARGUMENTS
 
@@ -32,6 +32,7 @@ from .kernel_oracle import KernelOracle
 pytestmark = pytest.mark.root
 
 GROUP = f"probescope_lowering_{os.getpid()}"
+GRAMMAR = RunningKernel.read().grammar
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def lowered(head: str, args: list[str], path: Path) -> ProbeSpec | None:
     """The kernel definition probescope makes of `head ARGS` at PATH:0x10, or None if refused."""
     arch = host_arch()
     try:
-        probe = parse_probe(" ".join([head, *args]), arch=arch, grammar=running_kernel_grammar())
+        probe = parse_probe(" ".join([head, *args]), arch=arch, grammar=GRAMMAR)
         assert isinstance(probe, FriendlyProbe)
         fetchargs = lower_args(probe, arch, on_entry="+" not in head)
     except SpecError:
