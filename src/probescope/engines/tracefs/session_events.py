@@ -13,6 +13,7 @@ from probescope.engines.tracefs.static_plan import TracepointPlan
 from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import TracefsError
 from probescope.events import EventType
+from probescope.language.event_names import first_free
 from probescope.language.kinds import BY_KIND
 from probescope.language.model import ProbeSpec
 from probescope.language.resolved import ResolvedProbe
@@ -29,7 +30,7 @@ class SessionSpecs:
 
 def session_specs(probes: Sequence[ResolvedProbe], group: str) -> SessionSpecs:
     """Every probe renamed into `group`: probes of one event share it; events whose names
-    collide get `_1`, `_2`... suffixes."""
+    collide are numbered (`language.event_names`: `_1`, `_2`..., within 63 characters)."""
     result = SessionSpecs()
     names: dict[tuple[str, str], str] = {}
     used: set[str] = set()
@@ -40,11 +41,7 @@ def session_specs(probes: Sequence[ResolvedProbe], group: str) -> SessionSpecs:
         key = (spec.group_name, spec.event_name)
         name = names.get(key)
         if name is None:
-            name = spec.event_name
-            serial = 1
-            while name in used:
-                name = f"{spec.event_name[:58]}_{serial}"
-                serial += 1
+            name = first_free(spec.event_name, used)
             names[key] = name
             used.add(name)
             result.types[name] = EventType.of_probe(spec, probe.kind, name=name)
