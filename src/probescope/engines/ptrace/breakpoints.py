@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs, rendezvous, unwinder, xol
+from probescope.engines.ptrace import rendezvous, unwinder, xol
 from probescope.engines.ptrace.tracee import (
     Breakpoint,
     Counters,
@@ -19,7 +19,9 @@ from probescope.engines.ptrace.tracee import (
     TracerOptions,
 )
 from probescope.engines.ptrace.xol import SyscallInjector
-from probescope.errors import PtraceError
+from probescope.errors import ProcessError, PtraceError
+from probescope.system import procfs
+from probescope.system.maps import Mapping
 
 _SCAN_INTERVAL = 1.0
 
@@ -34,7 +36,7 @@ class Installer:
         counters: Counters,
         injector: SyscallInjector,
     ) -> None:
-        self.sites_by_file: dict[tuple[int, int, int], list[ProbeSite]] = {}
+        self.sites_by_file: dict[tuple[int, int], list[ProbeSite]] = {}
         for site in sites:
             self.sites_by_file.setdefault(site.file_key, []).append(site)
         self.has_return_sites = any(s.is_return for s in sites)
@@ -59,13 +61,11 @@ class Installer:
             )
         return None
 
-    def apply(
-        self, thread: Thread, mappings: list[procfs.Mapping], *, strict: bool = False
-    ) -> None:
+    def apply(self, thread: Thread, mappings: list[Mapping], *, strict: bool = False) -> None:
         """Insert every probe whose file is mapped and not yet probed; forget breakpoints whose
         mapping went away (dlclose)."""
         process = thread.process
-        wanted: list[tuple[procfs.Mapping, int, list[ProbeSite]]] = []
+        wanted: list[tuple[Mapping, int, list[ProbeSite]]] = []
         live: set[int] = set()
         for mapping in mappings:
             if not mapping.executable or not mapping.inode:
@@ -75,7 +75,7 @@ class Installer:
                 continue
             by_offset: dict[int, list[ProbeSite]] = {}
             for site in sites:
-                if mapping.contains_offset(site.offset):
+                if mapping.contains_file_offset(site.offset):
                     by_offset.setdefault(site.offset, []).append(site)
             for offset, group in by_offset.items():
                 address = mapping.address_of(offset)
@@ -93,7 +93,7 @@ class Installer:
             return
         if self.has_return_sites and process.trampoline is None:
             self.make_trampoline(thread, wanted[0][0])
-        by_mapping: dict[int, list[tuple[procfs.Mapping, int, list[ProbeSite]]]] = {}
+        by_mapping: dict[int, list[tuple[Mapping, int, list[ProbeSite]]]] = {}
         for item in wanted:
             by_mapping.setdefault(item[0].start, []).append(item)
         for items in by_mapping.values():
@@ -112,7 +112,7 @@ class Installer:
     def insert(
         self,
         thread: Thread,
-        mapping: procfs.Mapping,
+        mapping: Mapping,
         address: int,
         offset: int,
         sites: list[ProbeSite] | None,
@@ -151,8 +151,8 @@ class Installer:
     def count_semaphore(
         self,
         thread: Thread,
-        mappings: list[procfs.Mapping],
-        key: tuple[int, int, int],
+        mappings: list[Mapping],
+        key: tuple[int, int],
         sites: list[ProbeSite],
     ) -> None:
         """Add 1 to the USDT semaphore of a probe site (once per site and process, like the
@@ -164,7 +164,7 @@ class Installer:
             (
                 m
                 for m in mappings
-                if m.file_key == key and m.writable and m.private and m.contains_offset(ref)
+                if m.file_key == key and m.writable and m.private and m.contains_file_offset(ref)
             ),
             None,
         )
@@ -178,19 +178,16 @@ class Installer:
             process = thread.process
             process.semaphores[address] = process.semaphores.get(address, 0) + 1
 
-    def hook_unwinders(self, thread: Thread, mappings: list[procfs.Mapping]) -> None:
+    def hook_unwinders(self, thread: Thread, mappings: list[Mapping]) -> None:
         """Breakpoints where exception unwinding starts and where it is caught (unwinder.py)."""
         process = thread.process
         main = unwinder.executable_path(thread.tgid)
-        try:
-            main_key = procfs.file_key(f"/proc/{thread.tgid}/exe") if main else None
-        except OSError:
-            main_key = None
+        main_key = procfs.executable_key(thread.tgid) if main else None
         for mapping in mappings:
             key = mapping.file_key
             if not mapping.executable or not mapping.inode or key in process.unwinder_checked:
                 continue
-            if not unwinder.worth_checking(mapping.path, key == main_key):
+            if mapping.path is None or not unwinder.worth_checking(mapping.path, key == main_key):
                 continue
             process.unwinder_checked.add(key)
             paths = [
@@ -203,7 +200,7 @@ class Installer:
                     (
                         m
                         for m in mappings
-                        if m.file_key == key and m.executable and m.contains_offset(offset)
+                        if m.file_key == key and m.executable and m.contains_file_offset(offset)
                     ),
                     None,
                 )
@@ -238,7 +235,7 @@ class Installer:
             raise PtraceError(f"no XOL slot available in process {thread.tgid}")
         return slot
 
-    def make_trampoline(self, thread: Thread, mapping: procfs.Mapping) -> None:
+    def make_trampoline(self, thread: Thread, mapping: Mapping) -> None:
         process = thread.process
         slot = xol.take_slot(process, None)
         if slot is None:
@@ -246,11 +243,11 @@ class Installer:
         process.memory.write_code(slot, arch.BREAKPOINT * arch.SLOT_SIZE, thread.tid)
         process.trampoline = slot
 
-    def install_rendezvous(self, thread: Thread, mappings: list[procfs.Mapping]) -> None:
+    def install_rendezvous(self, thread: Thread, mappings: list[Mapping]) -> None:
         process = thread.process
         try:
             auxv = procfs.read_auxv(thread.tgid)
-        except OSError:
+        except ProcessError:
             return
         found = rendezvous.from_dt_debug(thread.tgid, process.memory, auxv)
         if found is None:
@@ -283,7 +280,7 @@ class Installer:
         process.last_scan = time.monotonic()
         try:
             mappings = process.mappings()
-        except OSError:
+        except ProcessError:
             return
         self.apply(thread, mappings)
         if process.rendezvous is None:

@@ -9,6 +9,7 @@ ld.so's own `_r_debug`/`_dl_debug_state` symbols before that (at the exec stop).
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
 
@@ -16,8 +17,9 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from probescope.engines.ptrace import procfs
 from probescope.engines.ptrace.memory import TraceeMemory
+from probescope.system import procfs
+from probescope.system.maps import Mapping
 
 RT_CONSISTENT = 0
 RT_ADD = 1
@@ -104,19 +106,18 @@ def from_dt_debug(pid: int, memory: TraceeMemory, auxv: dict[int, int]) -> Rende
     return None
 
 
-def from_interpreter(
-    pid: int, auxv: dict[int, int], mappings: list[procfs.Mapping]
-) -> Rendezvous | None:
+def from_interpreter(pid: int, auxv: dict[int, int], mappings: list[Mapping]) -> Rendezvous | None:
     """r_debug and r_brk from ld.so's exported `_r_debug` and `_dl_debug_state`."""
     base = auxv.get(procfs.AT_BASE)
     if not base:
         return None
     interpreter = next((m for m in mappings if m.start == base and m.offset == 0), None)
-    if interpreter is None or not interpreter.path.startswith("/"):
+    path = None if interpreter is None else interpreter.path
+    if path is None or not path.startswith("/"):
         return None
-    symbols = _linker_symbols(f"/proc/{pid}/root{interpreter.path}")
+    symbols = _linker_symbols(f"/proc/{pid}/root{path}")
     if symbols is None:
-        symbols = _linker_symbols(interpreter.path)
+        symbols = _linker_symbols(path)
     if symbols is None or "_dl_debug_state" not in symbols:
         return None
     r_debug = symbols.get("_r_debug")
@@ -131,10 +132,10 @@ _symbol_cache: dict[tuple[str, int, int], dict[str, int] | None] = {}
 
 def _linker_symbols(path: str) -> dict[str, int] | None:
     try:
-        key = procfs.file_key(path)
+        st = os.stat(path)
     except OSError:
         return None
-    cache_key = (path, key[2], key[0])
+    cache_key = (path, st.st_ino, st.st_dev)
     if cache_key in _symbol_cache:
         return _symbol_cache[cache_key]
     found: dict[str, int] | None = None

@@ -17,7 +17,6 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs
 from probescope.engines.ptrace.fetch import ProbeFetcher
 from probescope.engines.ptrace.tracee import ProbeSite
 from probescope.errors import PtraceError
@@ -25,15 +24,16 @@ from probescope.events import EventType
 from probescope.language.model import ProbeKind, ProbeSpec
 from probescope.language.resolved import ResolvedProbe
 
-_go_cache: dict[tuple[int, int, int], bool] = {}
+_go_cache: dict[tuple[int, int], bool] = {}
 
 
 def is_go_binary(path: str) -> bool:
     """A Go binary carries `.go.buildinfo` (or a Go build-id note)."""
     try:
-        key = procfs.file_key(path)
+        st = os.stat(path)
     except OSError:
         return False
+    key = (st.st_dev, st.st_ino)
     if key not in _go_cache:
         found = False
         try:
@@ -47,6 +47,15 @@ def is_go_binary(path: str) -> bool:
             found = False
         _go_cache[key] = found
     return _go_cache[key]
+
+
+def _file_key(probe: ResolvedProbe) -> tuple[int, int]:
+    """(device, inode) of the probed file: as resolved, else as it is now."""
+    if probe.device is not None and probe.inode is not None:
+        return probe.device, probe.inode
+    assert probe.path is not None
+    st = os.stat(probe.path)
+    return st.st_dev, st.st_ino
 
 
 def _read_file(path: str, offset: int, size: int) -> bytes:
@@ -73,11 +82,7 @@ def build_sites(
             continue
         path = probe.path
         try:
-            key = (
-                (os.major(probe.device), os.minor(probe.device), probe.inode)
-                if (probe.device is not None and probe.inode is not None)
-                else procfs.file_key(path)
-            )
+            key = _file_key(probe)
             code = _read_file(path, probe.offset, arch.MAX_INSTRUCTION + 1)
         except OSError as error:
             problems.append(f"{where}: cannot read {path}: {error.strerror}")
@@ -140,7 +145,7 @@ def build_sites(
                 handlers=list(handlers.get(probe, [])),
             )
         )
-    semaphores: dict[tuple[tuple[int, int, int], int], int | None] = {}
+    semaphores: dict[tuple[tuple[int, int], int], int | None] = {}
     for site in sites:
         place = (site.file_key, site.offset)
         ref = site.probe.ref_ctr_offset

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 
 from probescope.engines.ptrace import arch_x86_64 as arch
 from probescope.engines.ptrace import (
-    procfs,
     rendezvous,
     restoring,
     returns,
@@ -41,6 +40,7 @@ from probescope.engines.ptrace.tracee import (
 from probescope.engines.ptrace.waiting import InterruptibleWait
 from probescope.errors import PtraceError
 from probescope.events import Event, EventBatch
+from probescope.system import procfs
 
 # What the kernel records in common_flags/common_preempt_count for a uprobe hit on Linux 6.18
 # (read from trace_pipe_raw on the development machine: the trace line shows "DBZff").
@@ -127,7 +127,7 @@ class Tracer:
         return child.pid
 
     def attach(self, pid: int) -> None:
-        if not os.path.exists(f"/proc/{pid}"):
+        if not procfs.process_exists(pid):
             raise PtraceError(f"no process with pid {pid}")
         tracer = procfs.tracer_of(pid)
         if tracer:

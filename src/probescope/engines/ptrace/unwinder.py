@@ -29,7 +29,7 @@ HOOKS = {
 }
 _LIBRARY_PREFIXES = ("libgcc_s", "libstdc++", "libc++abi", "libunwind")
 
-_cache: dict[tuple[int, int, int], list[tuple[str, int]]] = {}
+_cache: dict[tuple[int, int], list[tuple[str, int]]] = {}
 
 
 def worth_checking(path: str, is_main_executable: bool) -> bool:
@@ -37,7 +37,7 @@ def worth_checking(path: str, is_main_executable: bool) -> bool:
     return is_main_executable or os.path.basename(path).startswith(_LIBRARY_PREFIXES)
 
 
-def hooks_in(paths: list[str], key: tuple[int, int, int]) -> list[tuple[str, int]]:
+def hooks_in(paths: list[str], key: tuple[int, int]) -> list[tuple[str, int]]:
     """(hook kind, file offset) for every unwinder entry point defined in the file, opened
     through the first of `paths` that opens."""
     if key in _cache:
