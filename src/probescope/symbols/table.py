@@ -60,6 +60,7 @@ class SymbolTable:
         debug_file: str | None,
         has_symtab: bool,
         debug_notes: tuple[str, ...] = (),
+        is_go: bool = False,
         from_cache: bool = False,
     ) -> None:
         self.path = path
@@ -75,6 +76,7 @@ class SymbolTable:
         self.debug_file = debug_file
         self.has_symtab = has_symtab
         self.debug_notes = debug_notes
+        self.is_go = is_go  # linked by Go: its runtime moves goroutine stacks
         self.from_cache = from_cache
         self._starts: list[int] | None = None
 
@@ -156,6 +158,7 @@ class SymbolTable:
             debug_file=found.debug_file,
             has_symtab=found.has_symtab,
             debug_notes=found.debug_notes,
+            is_go=found.is_go,
         )
         return table, cache.dependencies(found.checked)
 
@@ -178,6 +181,7 @@ class SymbolTable:
             self.debug_file,
             self.has_symtab,
             self.debug_notes,
+            self.is_go,
             self._package,
         )
 
@@ -195,6 +199,7 @@ class SymbolTable:
             debug_file,
             has_symtab,
             notes,
+            is_go,
             package,
         ) = state
         make = partial(tuple.__new__, FunctionSymbol)
@@ -212,6 +217,7 @@ class SymbolTable:
             debug_file=debug_file,
             has_symtab=has_symtab,
             debug_notes=tuple(notes),
+            is_go=is_go,
             from_cache=True,
         )
         table._package = package
@@ -376,7 +382,7 @@ class SymbolTable:
             try:
                 return [self.lookup(pattern)]
             except SymbolError:
-                return self._exact_all(pattern)
+                return self.functions_named(pattern)
         regex = re.compile(fnmatch.translate(pattern))
         versioned = "@" in pattern
         found = []
@@ -388,7 +394,9 @@ class SymbolTable:
                 found.append(function)
         return found
 
-    def _exact_all(self, name: str) -> list[FunctionSymbol]:
+    def functions_named(self, name: str) -> list[FunctionSymbol]:
+        """Every function spelled `name` (`name`, `name@VER`, `name@@VER`), sorted by offset;
+        empty when there is none — unlike `lookup`, never an error and never a suggestion."""
         plain, version, default = split_versioned_name(name)
         numbers = {
             c[0]

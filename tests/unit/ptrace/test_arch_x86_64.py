@@ -232,13 +232,6 @@ def test_call_slot_returns_to_the_instruction_after_the_call():
     assert struct.unpack_from("<Q", slot, 16 + 6)[0] == SITE + 5
 
 
-def test_boundary_check():
-    code = b"\x55\x48\x89\xe5\x48\x8b\x05\x00\x00\x00\x00\xc3"
-    arch.check_boundary(code, 0x1000, 0x1004)
-    with pytest.raises(arch.UnsupportedInstruction, match=r"inside the instruction 'mov rbp"):
-        arch.check_boundary(code, 0x1000, 0x1002)
-
-
 def test_syscall_setup_blocks_restart():
     regs = arch.Registers()
     regs.orig_rax = 35

@@ -300,14 +300,6 @@ def decode(code: bytes, address: int) -> capstone.CsInsn | None:
     return None
 
 
-def instruction_boundaries(code: bytes, address: int) -> list[tuple[int, int, str]]:
-    """(address, size, text) of each instruction in a linear sweep of `code`."""
-    out = []
-    for insn in _DISASSEMBLER.disasm_lite(code, address):
-        out.append((insn[0], insn[1], f"{insn[2]} {insn[3]}".strip()))
-    return out
-
-
 def _register_value(regs: Registers, name: str) -> int:
     entry = _GPR_FIELDS.get(name)
     if entry is None:
@@ -659,19 +651,3 @@ def analyze(code: bytes, address: int) -> ProbedInstruction:
     ):
         emulation = _Skip(next_ip)
     return ProbedInstruction(address, raw, text, emulation, insn, kind, branch_opcode)
-
-
-def check_boundary(code: bytes, function_address: int, probe_address: int) -> None:
-    """Refuse a probe that lands inside an instruction of its function (decoded from the
-    function's first byte, as kprobes' BAD_INSN_BNDRY does)."""
-    for address, size, text in instruction_boundaries(code, function_address):
-        if address == probe_address:
-            return
-        if address < probe_address < address + size:
-            raise UnsupportedInstruction(
-                f"probe address 0x{probe_address:x} is inside the instruction '{text}' at "
-                f"0x{address:x} (+{probe_address - function_address:#x} in its function)",
-                hint="probe an instruction boundary: see `objdump -d` of the function",
-            )
-        if address > probe_address:
-            return

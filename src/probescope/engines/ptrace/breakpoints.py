@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import rendezvous, unwinder, xol
+from probescope.engines.ptrace import rendezvous, xol
 from probescope.engines.ptrace.tracee import (
     Breakpoint,
     Counters,
@@ -20,6 +20,8 @@ from probescope.engines.ptrace.tracee import (
 )
 from probescope.engines.ptrace.xol import SyscallInjector
 from probescope.errors import ProcessError, PtraceError
+from probescope.symbols.maps import map_files_path, mapped_file_path
+from probescope.symbols.unwinder import may_hold_unwinder, unwinder_entry_points
 from probescope.system import procfs
 from probescope.system.maps import Mapping
 
@@ -179,23 +181,28 @@ class Installer:
             process.semaphores[address] = process.semaphores.get(address, 0) + 1
 
     def hook_unwinders(self, thread: Thread, mappings: list[Mapping]) -> None:
-        """Breakpoints where exception unwinding starts and where it is caught (unwinder.py)."""
+        """Breakpoints where exception unwinding starts and where it is caught (returns.py)."""
         process = thread.process
-        main = unwinder.executable_path(thread.tgid)
-        main_key = procfs.executable_key(thread.tgid) if main else None
+        main_key = procfs.executable_key(thread.tgid)
+        root: str | None = None
         for mapping in mappings:
             key = mapping.file_key
             if not mapping.executable or not mapping.inode or key in process.unwinder_checked:
                 continue
-            if mapping.path is None or not unwinder.worth_checking(mapping.path, key == main_key):
+            if mapping.path is None or not may_hold_unwinder(mapping.path, key == main_key):
                 continue
             process.unwinder_checked.add(key)
-            paths = [
-                mapping.path,
-                f"/proc/{thread.tgid}/root{mapping.path}",
-                f"/proc/{thread.tgid}/map_files/{mapping.start:x}-{mapping.end:x}",
-            ]
-            for kind, offset in unwinder.hooks_in(paths, key):
+            if root is None:
+                try:
+                    root = procfs.process_root(thread.tgid)
+                except ProcessError:
+                    return
+            path = mapped_file_path(thread.tgid, mapping, root) or map_files_path(
+                thread.tgid, mapping
+            )
+            if path is None:
+                continue
+            for role, offset in unwinder_entry_points(path):
                 holder = next(
                     (
                         m
@@ -209,10 +216,10 @@ class Installer:
                 address = holder.address_of(offset)
                 existing = process.breakpoints.get(address)
                 if existing is not None:
-                    existing.internal = kind
+                    existing.internal = role
                     continue
                 try:
-                    self.insert(thread, holder, address, offset, None, internal=kind)
+                    self.insert(thread, holder, address, offset, None, internal=role)
                 except PtraceError as error:
                     self.counters.notes.append(
                         f"C++ exceptions through return probes unsupported: {error.message}"

@@ -22,7 +22,6 @@ from probescope.engines.ptrace import (
     spawn,
     stepping,
     syscalls,
-    unwinder,
     xol,
 )
 from probescope.engines.ptrace.breakpoints import Installer
@@ -40,6 +39,7 @@ from probescope.engines.ptrace.tracee import (
 from probescope.engines.ptrace.waiting import InterruptibleWait
 from probescope.errors import PtraceError
 from probescope.events import Event, EventBatch
+from probescope.symbols.unwinder import CATCH, UNWIND
 from probescope.system import procfs
 
 # What the kernel records in common_flags/common_preempt_count for a uprobe hit on Linux 6.18
@@ -384,9 +384,9 @@ class Tracer:
     def _internal_hit(self, thread: Thread, bp: Breakpoint) -> None:
         if bp.internal == "rendezvous":
             self.installer.rendezvous_hit(thread)
-        elif bp.internal == unwinder.EXPOSE:
+        elif bp.internal == UNWIND:
             returns.expose(thread)
-        elif bp.internal == unwinder.CATCH:
+        elif bp.internal == CATCH:
             returns.rehijack(thread)
 
     def _emit_entries(self, thread: Thread, bp: Breakpoint, now: int) -> None:
