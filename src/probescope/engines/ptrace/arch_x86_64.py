@@ -20,6 +20,11 @@ import capstone  # type: ignore[import-untyped]
 from capstone import x86_const
 
 from probescope.errors import PtraceError
+from probescope.language.x86_64_registers import (
+    FIELD_BY_NAME,
+    GENERAL_PURPOSE_FIELDS,
+    X86_64_REGISTERS,
+)
 
 NAME: Final = "x86_64"
 BREAKPOINT: Final = b"\xcc"
@@ -42,14 +47,7 @@ U64: Final = 0xFFFFFFFFFFFFFFFF
 class Registers(ctypes.Structure):
     """`struct user_regs_struct`, the NT_PRSTATUS register set of an x86_64 thread."""
 
-    _fields_ = [
-        (name, ctypes.c_uint64)
-        for name in (
-            "r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax",
-            "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss",
-            "fs_base", "gs_base", "ds", "es", "fs", "gs",
-        )
-    ]  # fmt: skip
+    _fields_ = [(register.field, ctypes.c_uint64) for register in X86_64_REGISTERS]
 
     def copy(self) -> Registers:
         clone = Registers()
@@ -60,26 +58,9 @@ class Registers(ctypes.Structure):
         ctypes.memmove(ctypes.addressof(self), ctypes.addressof(other), ctypes.sizeof(self))
 
 
-# Kernel pt_regs names (regs_query_register_offset) -> user_regs_struct fields.
-KERNEL_REGISTERS: Final = {
-    "ax": "rax", "bx": "rbx", "cx": "rcx", "dx": "rdx", "si": "rsi", "di": "rdi",
-    "bp": "rbp", "sp": "rsp", "r8": "r8", "r9": "r9", "r10": "r10", "r11": "r11",
-    "r12": "r12", "r13": "r13", "r14": "r14", "r15": "r15", "ip": "rip",
-    "flags": "eflags", "cs": "cs", "ss": "ss", "orig_ax": "orig_rax",
-}  # fmt: skip
-
-# Handlers may also use assembler names.
-REGISTER_ALIASES: Final = {
-    **{field: field for field in KERNEL_REGISTERS.values()},
-    **KERNEL_REGISTERS,
-    "eflags": "eflags", "rflags": "eflags", "pc": "rip", "fs_base": "fs_base",
-    "gs_base": "gs_base",
-}  # fmt: skip
-
-
 def register_field(name: str) -> str:
     """The user_regs_struct field for a kernel or assembler register name."""
-    field = REGISTER_ALIASES.get(name.lstrip("%"))
+    field = FIELD_BY_NAME.get(name.lstrip("%"))
     if field is None:
         raise PtraceError(
             f"unknown x86_64 register {name!r}",
@@ -285,14 +266,6 @@ def kernel_refusal(code: bytes) -> str | None:
 _DISASSEMBLER = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 _DISASSEMBLER.detail = True
 
-_GPR_FIELDS: dict[str, tuple[str, int]] = {}
-for _field in ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp"):
-    _GPR_FIELDS[_field] = (_field, U64)
-    _GPR_FIELDS["e" + _field[1:]] = (_field, 0xFFFFFFFF)
-for _n in range(8, 16):
-    _GPR_FIELDS[f"r{_n}"] = (f"r{_n}", U64)
-    _GPR_FIELDS[f"r{_n}d"] = (f"r{_n}", 0xFFFFFFFF)
-
 
 def decode(code: bytes, address: int) -> capstone.CsInsn | None:
     for insn in _DISASSEMBLER.disasm(code, address, 1):
@@ -301,7 +274,7 @@ def decode(code: bytes, address: int) -> capstone.CsInsn | None:
 
 
 def _register_value(regs: Registers, name: str) -> int:
-    entry = _GPR_FIELDS.get(name)
+    entry = GENERAL_PURPOSE_FIELDS.get(name)
     if entry is None:
         raise UnsupportedInstruction(f"register {name!r} in an emulated operand")
     field, mask = entry
@@ -406,7 +379,7 @@ class _CallIndirect(Emulation):
         self.rip_relative = False
         if operand.type == x86_const.X86_OP_REG:
             self.register = insn.reg_name(operand.reg)
-            if self.register not in _GPR_FIELDS:
+            if self.register not in GENERAL_PURPOSE_FIELDS:
                 raise UnsupportedInstruction(f"indirect call through {self.register}")
             return
         mem = operand.mem
