@@ -11,6 +11,7 @@ import time
 
 from probescope.engines.ptrace import arch_x86_64 as arch
 from probescope.engines.ptrace import rendezvous, xol
+from probescope.engines.ptrace.insn_x86_64 import analyze
 from probescope.engines.ptrace.tracee import (
     Breakpoint,
     Counters,
@@ -125,7 +126,7 @@ class Installer:
         code = process.memory.read(address, arch.MAX_INSTRUCTION + 1)
         if not code:
             raise PtraceError(f"cannot read the instruction at 0x{address:x} in {thread.tgid}")
-        instruction = arch.analyze(code, address)
+        instruction = analyze(code, address)
         bp = Breakpoint(
             address=address,
             file_offset=offset,

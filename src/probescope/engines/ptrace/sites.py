@@ -15,6 +15,7 @@ from typing import Any
 
 from probescope.engines.ptrace import arch_x86_64 as arch
 from probescope.engines.ptrace.fetch import ProbeFetcher
+from probescope.engines.ptrace.insn_x86_64 import analyze
 from probescope.engines.ptrace.tracee import ProbeSite
 from probescope.errors import PtraceError, SymbolError
 from probescope.events import EventType
@@ -75,7 +76,7 @@ def build_sites(
             problems.append(f"{where}: offset 0x{probe.offset:x} is beyond the end of {path}")
             continue
         try:
-            arch.analyze(code, probe.offset)
+            analyze(code, probe.offset)
             if not probe.boundary_checked:
                 check_probe_site(path, probe.offset, probe.function_offset)
         except (PtraceError, SymbolError) as error:

@@ -16,6 +16,7 @@ from typing import Any
 from probescope.engines.ptrace import arch_x86_64 as arch
 from probescope.engines.ptrace import syscalls
 from probescope.engines.ptrace.fetch import ProbeFetcher
+from probescope.engines.ptrace.insn_x86_64 import ProbedInstruction, StepPlan
 from probescope.engines.ptrace.memory import TraceeMemory
 from probescope.events import EventType
 from probescope.language.resolved import ResolvedProbe
@@ -70,12 +71,12 @@ class Breakpoint:
 
     address: int
     file_offset: int
-    instruction: arch.ProbedInstruction
+    instruction: ProbedInstruction
     entry_sites: list[ProbeSite] = field(default_factory=list)
     return_sites: list[ProbeSite] = field(default_factory=list)
     slot: int | None = None
     step_slot: int | None = None
-    step_plan: arch.StepPlan | None = None
+    step_plan: StepPlan | None = None
     single_step: bool = False
     internal: str | None = None  # "rendezvous" for the dynamic linker's r_brk
     mapping_key: tuple[int, int] = (0, 0)
