@@ -8,7 +8,9 @@ The public API, by job:
 - IFUNCs: `resolve_ifunc(path, function)`, `ifunc_implementations(function, table)`;
 - processes (their maps are system/maps.py's): `mappings_of(pid, file)`,
   `runtime_address(pid, file, offset)`, `file_offset_of_address(pid, address)`;
-- files: `file_identity(path)`, `ElfImage.from_path(path)` (`.build_id`, `.notes()`, ...).
+- files: `file_identity(path)`, `ElfImage.from_path(path)` (`.build_id`, `.notes()`, ...);
+- what a user-space tracer needs of the binaries of a process (linker.py: the dynamic linker's
+  rendezvous; unwinder.py: the exception unwinder's entry points; `SymbolTable.is_go`).
 
 Submodules load on first use, so `import probescope.symbols` stays cheap for the hot path
 (a cached table lookup) that needs only the table and its cache.

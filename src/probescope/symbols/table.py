@@ -41,7 +41,8 @@ class SymbolTable:
 
     Build one with `SymbolTable.for_path(path)` (cached). `functions` lists every function;
     `lookup(name)` finds one by `name`, `name@VER` or `name@@VER`; `match(glob)` finds many;
-    `function_at_offset(offset)` finds the function containing a file offset.
+    `function_at_offset(offset)` finds the function containing a file offset. `is_go` says the
+    Go linker made the file (return probes must stay out of it).
     """
 
     def __init__(
