@@ -52,6 +52,12 @@ def map_files_path(pid: int | str, mapping: Mapping) -> str | None:
     return path if identity is not None and identity.inode == mapping.inode else None
 
 
+def mapped_file(pid: int | str, mapping: Mapping, root: str | None = None) -> str | None:
+    """A path that opens the file `mapping` shows: mapped_file_path's, else its map_files
+    link, else None. ProcessError when `root` is not given and the process is gone."""
+    return mapped_file_path(pid, mapping, root) or map_files_path(pid, mapping)
+
+
 class _Matcher:
     """Decides whether a mapping shows the target file.
 

@@ -14,6 +14,7 @@ from probescope.symbols.identity import file_identity
 from probescope.symbols.maps import (
     file_offset_of_address,
     map_files_path,
+    mapped_file,
     mapped_file_path,
     mappings_of,
     runtime_address,
@@ -95,3 +96,7 @@ def test_map_files_path_reaches_the_mapped_inode_only() -> None:
     path = map_files_path("self", libc)
     assert path is not None and os.stat(path).st_ino == file_identity(LIBC).inode
     assert map_files_path("self", libc._replace(inode=libc.inode + 1)) is None
+    opened = mapped_file("self", libc)
+    assert opened is not None and os.path.samefile(opened, LIBC)
+    gone = libc._replace(path="/nonexistent/libc.so.6")  # as if deleted: the link still opens it
+    assert mapped_file("self", gone) == path

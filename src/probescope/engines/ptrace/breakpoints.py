@@ -21,7 +21,7 @@ from probescope.engines.ptrace.tracee import (
 )
 from probescope.engines.ptrace.xol import SyscallInjector
 from probescope.errors import ProcessError, PtraceError
-from probescope.symbols.maps import map_files_path, mapped_file_path
+from probescope.symbols.maps import mapped_file
 from probescope.symbols.unwinder import may_hold_unwinder, unwinder_entry_points
 from probescope.system import procfs
 from probescope.system.maps import Mapping
@@ -198,9 +198,7 @@ class Installer:
                     root = procfs.process_root(thread.tgid)
                 except ProcessError:
                     return
-            path = mapped_file_path(thread.tgid, mapping, root) or map_files_path(
-                thread.tgid, mapping
-            )
+            path = mapped_file(thread.tgid, mapping, root)
             if path is None:
                 continue
             for role, offset in unwinder_entry_points(path):

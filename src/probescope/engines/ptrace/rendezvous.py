@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from probescope.engines.ptrace.memory import TraceeMemory
 from probescope.errors import ProcessError
 from probescope.symbols.linker import dt_debug, rendezvous_symbols
-from probescope.symbols.maps import map_files_path, mapped_file_path
+from probescope.symbols.maps import mapped_file
 from probescope.system import procfs
 from probescope.system.maps import Mapping
 
@@ -89,7 +89,7 @@ def from_interpreter(pid: int, auxv: dict[int, int], mappings: list[Mapping]) ->
     if interpreter is None:
         return None
     try:
-        path = mapped_file_path(pid, interpreter) or map_files_path(pid, interpreter)
+        path = mapped_file(pid, interpreter)
     except ProcessError:
         return None
     symbols = None if path is None else rendezvous_symbols(path)
