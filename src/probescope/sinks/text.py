@@ -462,7 +462,7 @@ class _CallText(dict[tuple[int, int], str]):
         return text
 
 
-def tracepoint_printer(event_type: EventType, context: KernelContext) -> BodyTemplate | Printer:
+def print_fmt_printer(event_type: EventType, context: KernelContext) -> BodyTemplate | Printer:
     """A tracepoint's text: its `print fmt` evaluated as `trace` does when its type carries its
     format (record by record falling back to `NAME: <print fmt not reproduced> field=value`),
     else `field_printer`."""
@@ -501,7 +501,7 @@ EVENT_PRINTERS: dict[ProbeKind, PrinterFactory] = {
     ProbeKind.UPROBE: probe_printer,
     ProbeKind.URETPROBE: probe_printer,
     ProbeKind.USDT: probe_printer,
-    ProbeKind.TRACEPOINT: tracepoint_printer,
+    ProbeKind.TRACEPOINT: print_fmt_printer,
 }
 """The event-text printer per kind; kinds not listed use `field_printer`."""
 

@@ -44,6 +44,7 @@ from probescope.language.model import ProbeSpec
 from probescope.language.resolved import ResolvedProbe
 from probescope.language.static_events import FunctionSpec, TracepointSpec
 from probescope.system.kernel import RunningKernel
+from probescope.system.procfs import status_fields
 from probescope.traceevent.decoder import EventDecoder
 from probescope.traceevent.format import EventFormat
 from probescope.traceevent.merge import LiveMerge
@@ -355,9 +356,4 @@ def _default_buffer_kb(cpus: int) -> int:
 
 def _running(pid: int) -> bool:
     """Alive and not a zombie waiting for its parent."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    return status_fields(pid).get("State", "Z")[:1] not in ("Z", "X")

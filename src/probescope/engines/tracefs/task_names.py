@@ -17,6 +17,7 @@ import time
 from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import TracefsError
 from probescope.events import Event, EventBatch
+from probescope.system.procfs import status_fields
 from probescope.traceevent.decoder import EventDecoder
 from probescope.traceevent.format import parse_saved_cmdlines, parse_saved_tgids
 
@@ -94,15 +95,6 @@ class TaskNames:
 
 def task_of(tid: int) -> tuple[str | None, int | None]:
     """(comm, tgid) of a live thread from /proc, Nones when it is gone."""
-    comm = tgid = None
-    try:
-        with open(f"/proc/{tid}/status") as status:
-            for line in status:
-                if line.startswith("Name:"):
-                    comm = line[5:].strip()
-                elif line.startswith("Tgid:"):
-                    tgid = int(line.split()[1])
-                    break
-    except OSError:
-        pass
-    return comm, tgid
+    status = status_fields(tid)
+    tgid = status.get("Tgid")
+    return status.get("Name"), int(tgid) if tgid else None
