@@ -27,7 +27,6 @@ from probescope.language.model import STRING_TYPES, ArgType, ProbeKind
 from probescope.sinks.base import OutputFormat, is_binary_stream
 from probescope.traceevent.body_template import BodyTemplate, Printer
 from probescope.traceevent.context import KernelContext
-from probescope.traceevent.print_fmt import tracepoint_body
 
 TRACE_FLAG_IRQS_OFF = 0x01
 TRACE_FLAG_NEED_RESCHED_LAZY = 0x02
@@ -468,6 +467,10 @@ def print_fmt_printer(event_type: EventType, context: KernelContext) -> BodyTemp
     else `field_printer`."""
     if event_type.format is None:
         return field_printer(event_type, context)
+    # Imported here: the print fmt compiler costs tens of milliseconds of start-up that sessions
+    # without tracepoints do not need.
+    from probescope.traceevent.print_fmt import tracepoint_body
+
     return tracepoint_body(event_type, event_type.format, context, fallback=True)
 
 
