@@ -149,11 +149,13 @@ class Session:
         if command and pids:
             raise ProbescopeError("give either a command or pids, not both")
         self.kernel = kernel or RunningKernel.read()
+        self.notes: list[str] = []  # what resolution left out (globs), said before tracing
         self._resolve = functools.partial(
             resolve_specs,
             pid=pids[0] if len(pids) == 1 else None,
             arch=arch,
             grammar=self.kernel.grammar,
+            notes=self.notes,
         )
         self.probes = list(probes) if probes is not None else self._resolve(specs)
         self.target = Target(

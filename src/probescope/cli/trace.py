@@ -72,10 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     kernel = RunningKernel.read()
     if args.dry_run:
+        notes: list[str] = []
         for probe in resolve_specs(
-            args.specs, pid=args.pid[0] if len(args.pid) == 1 else None, grammar=kernel.grammar
+            args.specs,
+            pid=args.pid[0] if len(args.pid) == 1 else None,
+            grammar=kernel.grammar,
+            notes=notes,
         ):
             print(probe.spec.definition())
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         return 0
     session = Session(
         args.specs,
@@ -85,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
         options=engine_options(args),
         kernel=kernel,
     )
+    if not args.quiet:
+        for note in session.notes:
+            print(f"note: {note}", file=sys.stderr)
     with contextlib.ExitStack() as stack:
         stream: IO[Any] = sys.stdout
         if args.output:
