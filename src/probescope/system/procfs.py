@@ -132,7 +132,10 @@ def executable_key(pid: int) -> tuple[int, int] | None:
 def process_root(pid: int | str) -> str:
     """The path prefix through which probescope sees files as process `pid` sees them.
 
-    `""` when the process shares probescope's root directory, else `/proc/PID/root`.
+    `""` when the process shares probescope's root directory and mount namespace, else
+    `/proc/PID/root` — also for a process that kept our root but mounted its own filesystems
+    (`unshare -m` and a tmpfs): paths through that link resolve in its mount namespace, for
+    probescope and for the kernel's uprobe path lookup alike.
     """
     root = f"/proc/{pid}/root"
     try:
@@ -148,9 +151,19 @@ def process_root(pid: int | str) -> str:
         ours = os.stat("/")
     except OSError:
         return root
-    if (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino):
-        return ""
-    return root
+    if (ours.st_dev, ours.st_ino) != (theirs.st_dev, theirs.st_ino):
+        return root
+    return "" if same_mount_namespace(pid) else root
+
+
+def same_mount_namespace(pid: int | str) -> bool:
+    """Whether process `pid` sees the mounts probescope sees (True when it cannot be told)."""
+    try:
+        theirs = os.stat(f"/proc/{pid}/ns/mnt")
+        ours = os.stat("/proc/self/ns/mnt")
+    except OSError:
+        return True
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
 def ptrace_scope() -> int | None:
