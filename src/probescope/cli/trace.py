@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stack",
         action="store_true",
-        help="record the kernel stack with every function-tracer event",
+        help="record the kernel stack with every function-tracer event and the user stack "
+        "with every uprobe event (tracefs engine)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
 
@@ -116,6 +117,7 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
         default_filter=args.filter,
         allow_all_functions=args.all,
         function_stack=args.stack,
+        user_stack=args.stack,
     )
 
 
