@@ -35,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PID",
         help="trace process PID, its threads and the children it creates (repeatable)",
     )
+    parser.add_argument(
+        "--children",
+        action="store_true",
+        help="with -p: also trace the processes PID already has (e.g. nginx's workers)",
+    )
     parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after this")
     parser.add_argument("-n", "--count", type=int, metavar="COUNT", help="stop after COUNT events")
     parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
@@ -88,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         args.specs,
         engine=args.engine,
         pids=args.pid,
+        existing_children=args.children,
         command=shlex.split(args.command) if args.command else None,
         options=engine_options(args),
         kernel=kernel,

@@ -1,5 +1,6 @@
 """What probescope reads of a process in /proc besides its maps: status lines, comm, auxv,
-threads, limits, environment, root directory and executable; plus the Yama ptrace policy.
+threads, children, limits, environment, root directory, mount namespace and executable; plus the
+Yama ptrace policy.
 
 Readers of facts that may vanish with the process (status, comm, threads, limits) answer with
 an empty value when it is gone; readers a caller cannot do without (auxv, root) raise
@@ -68,6 +69,49 @@ def thread_ids(pid: int) -> list[int]:
         return sorted(int(name) for name in os.listdir(f"/proc/{pid}/task"))
     except FileNotFoundError:
         return []
+
+
+def child_processes(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, sorted (its threads' `children` files when the
+    kernel has them, CONFIG_PROC_CHILDREN; else every process's parent from `/proc/*/stat`)."""
+    children: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    try:
+        for tid in tasks:
+            with open(f"/proc/{pid}/task/{tid}/children") as stream:
+                children.update(int(word) for word in stream.read().split())
+        return sorted(children)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stream:
+                parent = int(stream.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid:
+            children.add(int(entry))
+    return sorted(children)
+
+
+def descendant_processes(pid: int) -> list[int]:
+    """Every process below `pid` (children, theirs, ...), in the order they were found."""
+    found: list[int] = []
+    pending = child_processes(pid)
+    while pending:
+        child = pending.pop(0)
+        if child in found or child == pid:
+            continue
+        found.append(child)
+        pending += child_processes(child)
+    return found
 
 
 def read_auxv(pid: int) -> dict[int, int]:
