@@ -205,10 +205,13 @@ def _offset_plus(place: str) -> int:
     return plus
 
 
-def lower_args(probe: FriendlyProbe, arch: Arch, *, on_entry: bool) -> tuple[FetchArg, ...]:
+def lower_args(
+    probe: FriendlyProbe, arch: Arch, *, on_entry: bool, go_abi: bool = False
+) -> tuple[FetchArg, ...]:
     """The probe's arguments as a uprobe on `arch` fetches them (see language/lowering.py);
-    `on_entry`: the probe sits on the function's first instruction."""
-    place = Place(arch=arch, user=True, on_entry=on_entry)
+    `on_entry`: the probe sits on the function's first instruction; `go_abi`: in a Go
+    function that takes Go's register ABI."""
+    place = Place(arch=arch, user=True, on_entry=on_entry, go_abi=go_abi)
     return lower_fetchargs(probe.args, place, spec=probe.source)
 
 

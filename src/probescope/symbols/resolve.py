@@ -206,7 +206,8 @@ def _resolve_friendly(
             except SymbolError as error:
                 raise at_symbol(error) from None
         on_entry = function is not None and offset == function.offset
-        args = lower_args(probe, arch, on_entry=on_entry)
+        go_abi = function is not None and table.takes_go_registers(function)
+        args = lower_args(probe, arch, on_entry=on_entry, go_abi=go_abi)
         event = probe.event
         if event is None and function is not None:
             event = event_name_for(_event_base(table, function), probe.offset, probe.is_return)

@@ -68,6 +68,7 @@ class SymbolTable:
         has_symtab: bool,
         debug_notes: tuple[str, ...] = (),
         is_go: bool = False,
+        go_version: str | None = None,
         from_cache: bool = False,
     ) -> None:
         self.path = path
@@ -84,6 +85,7 @@ class SymbolTable:
         self.has_symtab = has_symtab
         self.debug_notes = debug_notes
         self.is_go = is_go  # linked by Go: its runtime moves goroutine stacks
+        self.go_version = go_version  # `go1.19.8`: whether Go functions take registers
         self.from_cache = from_cache
         self._starts: list[int] | None = None
 
@@ -166,6 +168,7 @@ class SymbolTable:
             has_symtab=found.has_symtab,
             debug_notes=found.debug_notes,
             is_go=found.is_go,
+            go_version=found.go_version,
         )
         return table, cache.dependencies(found.checked)
 
@@ -190,6 +193,7 @@ class SymbolTable:
             self.has_symtab,
             self.debug_notes,
             self.is_go,
+            self.go_version,
             self._package,
             None if self._demangled is None else self._demangled.state(),
         )
@@ -209,6 +213,7 @@ class SymbolTable:
             has_symtab,
             notes,
             is_go,
+            go_version,
             package,
             demangled,
         ) = state
@@ -228,6 +233,7 @@ class SymbolTable:
             has_symtab=has_symtab,
             debug_notes=tuple(notes),
             is_go=is_go,
+            go_version=go_version,
             from_cache=True,
         )
         table._package = package
@@ -264,6 +270,12 @@ class SymbolTable:
             if self._searched is not None and file_identity(self.path) == self.identity:
                 cache.store(self.identity, self._searched, self._deps, self._state())
         return self._demangled
+
+    def takes_go_registers(self, function: FunctionSymbol) -> bool:
+        """Whether `function` is a Go function taking Go's register ABI (symbols/golang.py)."""
+        from probescope.symbols.golang import uses_register_abi
+
+        return self.is_go and uses_register_abi(self.go_version, self.machine, function.name)
 
     def demangled_name(self, function: FunctionSymbol) -> str:
         """`function` as `nm -C` spells it (`ns::Class::method(int)`); C names as they are."""

@@ -193,3 +193,26 @@ def test_rust_functions_traced_by_demangled_name(mangling: str, engine: str) -> 
     assert [e.arg("a") for e in adds] == [0, 1, 2]
     areas = [e for e in events if e.name.endswith("Area_area")]
     assert len(areas) >= 6  # the named probe and the glob's, two squares a round
+
+
+@pytest.mark.parametrize("engine", ["tracefs", "ptrace"])
+def test_go_arguments_in_gos_register_abi(engine: str) -> None:
+    binary = programs.go()
+    session = Session(
+        [
+            f"{binary}:main.Add a=arg1:s64 b=arg2:s64",
+            f"{binary}:main.Greet name=+0(arg1):char[6] len=arg2:u64 times=arg3:s64",
+        ],
+        engine=engine,
+        command=[str(binary), "3"],
+    )
+    events = _collect(session, 30)
+    assert [(e.arg("a"), e.arg("b")) for e in events if e.name == "main_Add"] == [
+        (0, 7),
+        (1, 7),
+        (2, 7),
+    ]
+    greets = [e for e in events if e.name == "main_Greet"]
+    assert [(e.arg("len"), e.arg("times")) for e in greets] == [(6, 0), (6, 1), (6, 2)]
+    name = greets[0].arg("name")  # chars (issue 16 item 8: the ptrace engine's are numbers)
+    assert bytes(c if isinstance(c, int) else ord(c) for c in name) == b"gopher"
