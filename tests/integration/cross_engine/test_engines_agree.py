@@ -159,7 +159,7 @@ def test_cpp_exceptions_beside_return_probes() -> None:
             f"r:{binary}:_Z5outeri ret=retval:s32",
         ],
         [str(binary)],
-        lambda events: assert_some(events, "_Z5outeri__return", 7),
+        lambda events: assert_some(events, "outer__return", 7),
     )
 
 
