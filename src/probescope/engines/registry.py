@@ -46,6 +46,13 @@ ENGINES: tuple[EngineEntry, ...] = (
         "the kernel's uprobes and trace events through tracefs (root)",
     ),
     EngineEntry(
+        "bpf",
+        "probescope.engines.bpf.engine",
+        "BpfEngine",
+        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT}),
+        "probes compiled to BPF in Python: in-kernel filters, fast attach, nothing left behind",
+    ),
+    EngineEntry(
         "ptrace",
         "probescope.engines.ptrace.engine",
         "PtraceEngine",

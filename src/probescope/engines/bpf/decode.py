@@ -45,10 +45,16 @@ class RecordDecoder:
         self._comms: dict[bytes, str] = {}
 
     def add(
-        self, index: int, event_type: EventType, *, is_return: bool, args: ArgsDecoder | None
+        self,
+        index: int,
+        event_type: EventType,
+        *,
+        is_return: bool,
+        args: ArgsDecoder | None,
     ) -> None:
         """Records of probe `index` become Events of `event_type`; `args` decodes the bytes
-        after the header (None: the probe has no arguments)."""
+        after the header (None: the probe has no arguments). BPF knows no irq/preempt flags:
+        events carry 0."""
         while len(self._entries) <= index:
             self._entries.append(None)
         self._entries[index] = (event_type, is_return, args)

@@ -232,16 +232,13 @@ class RecordAction:
     """Each hit becomes one ring-buffer record. Without strings the record is reserved in the
     ring at its fixed size and written in place; with strings it is built in a scratch value
     (an array of SCRATCH_SLOTS_PER_CPU values per CPU, `ScratchLayout.value_size` + 8 bytes
-    each: the last word is the claim) and copied out at its real length
+    each, shared by every program of the session: the claim word is at one offset past the
+    largest layout) and copied out at its real length
     (`bpf_ringbuf_output`). Both submit with BPF_RB_NO_WAKEUP: the reader drains in batches."""
 
     maps: SharedMaps
     scratch_fd: int | None = None
-
-
-def scratch_value_size(scratch: ScratchLayout) -> int:
-    """Bytes of one scratch value: the layout and the claim word."""
-    return scratch.value_size + 8
+    claim_offset: int = 0  # where the claim word of every scratch value is
 
 
 def build_record_program(
@@ -278,9 +275,9 @@ def build_record_program(
         e.jump(Jmp.JEQ, Reg.R0, 0, "lost")
         e.emit(mov64_reg(RECORD, Reg.R0))
     else:
-        if action.scratch_fd is None:
-            raise Unsupported("a program with strings needs a scratch map")
-        emit_claim_scratch(e, action.scratch_fd, scratch.value_size, "lost")
+        if action.scratch_fd is None or action.claim_offset < scratch.value_size:
+            raise Unsupported("a program with strings needs a scratch map large enough")
+        emit_claim_scratch(e, action.scratch_fd, action.claim_offset, "lost")
     emit_header(e, regs, is_return=code.is_return, index=index)
     for slot in layout.slots:
         if not slot.is_string:
@@ -312,7 +309,7 @@ def build_record_program(
         if e.referenced("drop"):
             e.label("drop")
         e.label("release")
-        e.emit(st_imm(8, RECORD, scratch.value_size, 0))
+        e.emit(st_imm(8, RECORD, action.claim_offset, 0))
         e.goto("exit")
         e.label("lost")
         emit_count_lost(e, maps.counters)
