@@ -168,6 +168,7 @@ class Session:
         self.hits: Counter[str] = Counter()
         self.kinds: Counter[str] = Counter()
         self.lost = 0
+        self.notes: list[str] = []  # what the session itself has to say (the engine choice)
         self._started = 0.0
         self._closed = False
         self.end_reason = "end"
@@ -185,6 +186,7 @@ class Session:
             self.probes,
             options=self.options,
             kernel=self.kernel,
+            notes=self.notes,
         )
         if self.handlers:
             self._register_handlers(engine)
@@ -311,6 +313,8 @@ class Session:
 
     def summary(self, reason: str = "end") -> Summary:
         stats = self.engine.stats() if self.engine is not None else None
+        if stats is not None:
+            stats.notes[:0] = [note for note in self.notes if note not in stats.notes]
         lost = stats.lost if stats else self.lost
         return Summary(
             engine=self.engine.name if self.engine else self.engine_name,

@@ -29,6 +29,13 @@ class EngineEntry:
 
 ENGINES: tuple[EngineEntry, ...] = (
     EngineEntry(
+        "bpf",
+        "probescope.engines.bpf.engine",
+        "BpfEngine",
+        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT}),
+        "probes compiled to BPF in Python: in-kernel filters, fast attach, nothing left behind",
+    ),
+    EngineEntry(
         "tracefs",
         "probescope.engines.tracefs.engine",
         "TracefsEngine",
@@ -44,13 +51,6 @@ ENGINES: tuple[EngineEntry, ...] = (
             }
         ),
         "the kernel's uprobes and trace events through tracefs (root)",
-    ),
-    EngineEntry(
-        "bpf",
-        "probescope.engines.bpf.engine",
-        "BpfEngine",
-        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT}),
-        "probes compiled to BPF in Python: in-kernel filters, fast attach, nothing left behind",
     ),
     EngineEntry(
         "ptrace",
@@ -78,8 +78,11 @@ def create_engine(
     *,
     options: EngineOptions | None = None,
     kernel: RunningKernel | None = None,
+    notes: list[str] | None = None,
 ) -> Engine:
-    """The engine `name`, or for `auto` the first that can run here and handles every probe."""
+    """The engine `name`, or for `auto` the first (in ENGINES order) that can run here and
+    handles every probe; why each engine before it was passed over is appended to `notes`.
+    An engine may refuse particular probes with an `unsupported(probes) -> str | None`."""
     kinds = {probe.kind for probe in probes}
     kernel = kernel or RunningKernel.read()
     options = options or EngineOptions()
@@ -97,6 +100,11 @@ def create_engine(
             raise EngineUnavailable(
                 f"the {name} engine cannot run here: {state.reason}", hint=state.hint
             )
+        refusal = _unsupported(engine, probes)
+        if refusal:
+            raise EngineUnavailable(
+                f"the {name} engine cannot run {refusal}", hint="choose another --engine"
+            )
         return engine
     reasons = []
     for entry in ENGINES:
@@ -111,10 +119,18 @@ def create_engine(
             reasons.append(f"{entry.name}: {error}")
             continue
         state = engine.available()
-        if state.ok:
+        refusal = _unsupported(engine, probes) if state.ok else None
+        if state.ok and refusal is None:
+            if notes is not None and reasons:
+                notes.append("engine auto: passed over " + "; ".join(reasons))
             return engine
-        reasons.append(f"{entry.name}: {state.reason}")
+        reasons.append(f"{entry.name}: {refusal or state.reason}")
     raise EngineUnavailable(
         "no engine can run these probes here: " + "; ".join(reasons),
         hint="`probescope engines` explains what each engine needs",
     )
+
+
+def _unsupported(engine: Engine, probes: Sequence[ResolvedProbe]) -> str | None:
+    check = getattr(engine, "unsupported", None)
+    return None if check is None else check(probes)

@@ -38,8 +38,14 @@ from probescope.engines.bpf.attach import (
 from probescope.engines.bpf.capability import BpfFeatures, probe_features
 from probescope.engines.bpf.decode import RecordDecoder, compile_args_decoder
 from probescope.engines.bpf.maps import ArrayMap, BpfMap, HashMap, possible_cpus
-from probescope.engines.bpf.plan import UprobePlan, plan_uprobes, tracepoint_code
+from probescope.engines.bpf.plan import (
+    UprobePlan,
+    check_expressible,
+    plan_uprobes,
+    tracepoint_code,
+)
 from probescope.engines.bpf.program import (
+    CLOCKS,
     SCRATCH_SLOTS_PER_CPU,
     ProgramImage,
     RecordAction,
@@ -129,6 +135,15 @@ class BpfEngine:
             return Availability(False, features.reason, features.hint)
         return Availability(True, "; ".join(features.notes))
 
+    def unsupported(self, probes: Sequence[ResolvedProbe]) -> str | None:
+        """Why these probes cannot run here (None when they can): the `auto` choice."""
+        kinds = sorted({p.kind.value for p in probes if p.kind not in KINDS})
+        if kinds:
+            return f"{', '.join(kinds)} probes"
+        if self.options.clock not in CLOCKS:
+            return f"with trace clock {self.options.clock!r} (it reads mono or boot)"
+        return check_expressible(probes)
+
     # -- attach ---------------------------------------------------------------------------
 
     def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
@@ -139,6 +154,11 @@ class BpfEngine:
         if not features.usable:
             raise EngineUnavailable(f"the bpf engine cannot run here: {features.reason}")
         mode = self._mode(features)
+        if self.options.clock not in CLOCKS:
+            raise EngineUnavailable(
+                f"the bpf engine reads the mono or boot clock, not {self.options.clock!r}",
+                hint="use --clock mono (CLOCK_MONOTONIC) or boot, or --engine tracefs",
+            )
         unsupported = sorted({p.kind.value for p in probes if p.kind not in KINDS})
         if unsupported:
             raise EngineUnavailable(
@@ -275,6 +295,7 @@ class BpfEngine:
                 regs,
                 name=f"probescope_{number}",
                 sleepable=sleepable and mode == "multi",
+                clock=self.options.clock,
                 expected_attach_type=AttachType.TRACE_UPROBE_MULTI
                 if mode == "multi"
                 else AttachType.NONE,
@@ -295,7 +316,13 @@ class BpfEngine:
             assert self._scratch_fd is not None
             label = f"{code.system}:{code.event}"
             image = build_tracepoint_program(
-                code, maps, self._scratch_fd, self._claim_offset, index=index, name=f"ps_tp_{index}"
+                code,
+                maps,
+                self._scratch_fd,
+                self._claim_offset,
+                index=index,
+                name=f"ps_tp_{index}",
+                clock=self.options.clock,
             )
             fd = self._load(image, label)
             event_type, fields = tracepoint_event_type(code.format, code.system)

@@ -153,10 +153,16 @@ def emit_pid_filter(e: Emitter, pids_fd: int, drop: str) -> None:
     e.jump(Jmp.JEQ, Reg.R0, 0, drop)
 
 
-def emit_header(e: Emitter, regs: PtRegs, *, is_return: bool, index: int | None) -> None:
+CLOCKS = {"mono": Helper.KTIME_GET_NS, "boot": Helper.KTIME_GET_BOOT_NS}
+"""The trace clocks a program can read: CLOCK_MONOTONIC and CLOCK_BOOTTIME, in nanoseconds."""
+
+
+def emit_header(
+    e: Emitter, regs: PtRegs, *, is_return: bool, index: int | None, clock: str = "mono"
+) -> None:
     """Timestamp, addresses, task, probe index, cpu and comm into the record at r7.
     `index` None: the probe index is the attach cookie."""
-    e.call(Helper.KTIME_GET_NS)
+    e.call(CLOCKS[clock])
     e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
     ip = ldx(8, Reg.R0, CTX, regs.offset(regs.instruction_pointer))
     if is_return:
@@ -250,6 +256,7 @@ def build_record_program(
     index: int | None = None,
     sleepable: bool = False,
     expected_attach_type: AttachType = AttachType.TRACE_UPROBE_MULTI,
+    clock: str = "mono",
 ) -> ProgramImage:
     """The program for every probe whose code is `code`. `index` is the probe index when the
     program serves a single probe; None reads it from the attach cookie. `sleepable` lets the
@@ -278,7 +285,7 @@ def build_record_program(
         if action.scratch_fd is None or action.claim_offset < scratch.value_size:
             raise Unsupported("a program with strings needs a scratch map large enough")
         emit_claim_scratch(e, action.scratch_fd, action.claim_offset, "lost")
-    emit_header(e, regs, is_return=code.is_return, index=index)
+    emit_header(e, regs, is_return=code.is_return, index=index, clock=clock)
     for slot in layout.slots:
         if not slot.is_string:
             fc.store_number(slot)

@@ -32,6 +32,7 @@ from probescope.engines.bpf.insn import (
     stx,
 )
 from probescope.engines.bpf.program import (
+    CLOCKS,
     KEY_SLOT,
     FilterEmitter,
     ProgramImage,
@@ -82,6 +83,7 @@ def build_tracepoint_program(
     *,
     index: int,
     name: str,
+    clock: str = "mono",
 ) -> ProgramImage:
     """Copy each record of the event into the ring buffer (as `index`), after the pid filter
     and the `if` filter."""
@@ -91,7 +93,7 @@ def build_tracepoint_program(
     if maps.pids is not None:
         emit_pid_filter(e, maps.pids, "exit")
     emit_claim_scratch(e, scratch_fd, claim_offset, "lost")
-    _emit_tracepoint_header(e, index)
+    _emit_tracepoint_header(e, index, clock)
     # the record's length: its fixed part, or past the end of its last dynamic field
     e.emit(mov64_imm(Reg.R8, fmt.fixed_size))
     for field in fmt.fields:
@@ -131,8 +133,8 @@ def build_tracepoint_program(
     return ProgramImage(name, ProgramType.TRACEPOINT, AttachType.NONE, e.assemble())
 
 
-def _emit_tracepoint_header(e: Emitter, index: int) -> None:
-    e.call(Helper.KTIME_GET_NS)
+def _emit_tracepoint_header(e: Emitter, index: int, clock: str) -> None:
+    e.call(CLOCKS[clock])
     e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
     e.emit(st_imm(8, RECORD, OFF_IP, 0), st_imm(8, RECORD, OFF_RET_IP, 0))
     e.call(Helper.GET_CURRENT_PID_TGID)
