@@ -17,6 +17,7 @@ class Command(IntEnum):
     MAP_GET_NEXT_KEY = 4
     PROG_LOAD = 5
     OBJ_GET_INFO_BY_FD = 15
+    BTF_LOAD = 18
     MAP_LOOKUP_BATCH = 24
     LINK_CREATE = 28
 
@@ -133,6 +134,10 @@ class ProgLoadAttr:
     PROG_FLAGS = 44
     PROG_NAME = 48
     EXPECTED_ATTACH_TYPE = 68
+    PROG_BTF_FD = 72
+    FUNC_INFO_REC_SIZE = 76
+    FUNC_INFO = 80
+    FUNC_INFO_CNT = 88
 
 
 class LinkCreateAttr:

@@ -263,6 +263,7 @@ class BpfEngine:
                 name=image.name,
                 expected_attach_type=image.expected_attach_type,
                 flags=BPF_F_SLEEPABLE if image.sleepable else 0,
+                functions=image.functions,
             )
         except VerifierError as error:
             raise VerifierError(

@@ -6,11 +6,13 @@
   signedness first (`u8 x == 300` tests 44), `&` tests that any of the bits is set;
 - strings: `==`/`!=` compare like strncmp over the field's length (a `__data_loc` string's
   length includes its NUL; `comm` and `char[N]` arrays use N); `~ "abc*"` matches the front,
-  `~ "*abc"` the end (of length − 1 bytes, as the kernel counts), `~ "*abc*"` anywhere (a
-  bounded loop); a leading `!` in the pattern negates. Full globs (`a*c`, `?`, `[...]`) are
-  refused: the kernel's glob_match backtracks, which a verifier-checked program cannot.
+  `~ "*abc"` the end (of length − 1 bytes, as the kernel counts), `~ "*abc*"` anywhere (one
+  position per call of a `bpf_loop` callback); a leading `!` in the pattern negates. Full
+  globs (`a*c`, `?`, `[...]`) are refused: the kernel's glob_match backtracks, which a
+  verifier-checked program cannot.
 
-Only r0-r5 are used: r8 and r9 still hold what the program needs after the filter.
+Only r0-r5 (and fp-64..fp-33 for a search) are used: r8 and r9 still hold what the program
+needs after the filter.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from probescope.engines.bpf.abi import Helper
 from probescope.engines.bpf.fetch import RECORD
 from probescope.engines.bpf.filter_grammar import (
     And,
@@ -35,10 +38,13 @@ from probescope.engines.bpf.insn import (
     Reg,
     alu64_imm,
     alu64_reg,
+    exit_insn,
     ld_imm64,
     ldx,
     mov64_imm,
     mov64_reg,
+    st_imm,
+    stx,
 )
 from probescope.errors import SpecError, SpecErrors
 
@@ -272,7 +278,9 @@ def _string(e: Emitter, plan: _Plan, true: str, false: str) -> None:
         empty = true if not pattern and plan.match != "end" else false
         e.jump(Jmp.JEQ, Reg.R2, 0, empty)
         e.jump(Jmp.JGT, Reg.R2, MAX_STRING, false)
-    if plan.match == "full":
+    if plan.match in ("front", "middle") and not pattern:
+        e.goto(true)  # every string starts with and contains the empty string
+    elif plan.match == "full":
         compared = pattern + b"\0"
         if isinstance(place, FixedString):
             compared = compared[: place.size]  # strncmp over the array's size
@@ -306,18 +314,41 @@ def _compare_prefix(
     e.goto(true)
 
 
+SEARCH_FRAME = -64
+"""fp-64..fp-33: the search's state handed to its bpf_loop callback: the record pointer, the
+string's record offset, its length, and the found flag."""
+
+
 def _search(e: Emitter, pattern: bytes, area: int, true: str, false: str) -> None:
-    """strnstr(str, pattern, r2): `pattern` starts at one of the first r2 - len + 1 bytes."""
-    loop = e.fresh("search")
-    following = e.fresh("next")
-    e.label(loop)
-    e.jump(Jmp.JLT, Reg.R2, len(pattern), false)
-    e.jump(Jmp.JGT, Reg.R1, area - len(pattern), false)
-    e.emit(mov64_reg(Reg.R4, RECORD), alu64_reg(Alu.ADD, Reg.R4, Reg.R1))
-    for index, byte in enumerate(pattern):
-        e.emit(ldx(1, Reg.R0, Reg.R4, index))
-        e.jump(Jmp.JNE, Reg.R0, byte, following)
-    e.goto(true)
-    e.label(following)
-    e.emit(alu64_imm(Alu.ADD, Reg.R1, 1), alu64_imm(Alu.SUB, Reg.R2, 1))
-    e.goto(loop)
+    """strnstr(str, pattern, r2): `pattern` starts at one of the first r2 - len + 1 bytes.
+    A bpf_loop callback tries one position per call, so the verifier checks it once."""
+    frame = SEARCH_FRAME
+
+    def try_position(f: Emitter) -> None:
+        # r1 = position, r2 = the caller's frame
+        stop = f.fresh("stop")
+        f.emit(ldx(8, Reg.R3, Reg.R2, 16), alu64_reg(Alu.SUB, Reg.R3, Reg.R1))
+        f.jump(Jmp.JSLT, Reg.R3, len(pattern), stop)
+        f.emit(ldx(8, Reg.R5, Reg.R2, 8), alu64_reg(Alu.ADD, Reg.R5, Reg.R1))
+        f.jump(Jmp.JGT, Reg.R5, area - len(pattern), stop)
+        f.emit(ldx(8, Reg.R4, Reg.R2, 0), alu64_reg(Alu.ADD, Reg.R4, Reg.R5))
+        mismatch = f.fresh("mismatch")
+        for index, byte in enumerate(pattern):
+            f.emit(ldx(1, Reg.R0, Reg.R4, index))
+            f.jump(Jmp.JNE, Reg.R0, byte, mismatch)
+        f.emit(mov64_imm(Reg.R0, 1), stx(8, Reg.R2, 24, Reg.R0), exit_insn())
+        f.label(mismatch)
+        f.emit(mov64_imm(Reg.R0, 0), exit_insn())
+        f.label(stop)
+        f.emit(mov64_imm(Reg.R0, 1), exit_insn())
+
+    callback = e.subprogram("search", try_position)
+    e.emit(stx(8, Reg.FP, frame, RECORD), stx(8, Reg.FP, frame + 8, Reg.R1))
+    e.emit(stx(8, Reg.FP, frame + 16, Reg.R2), st_imm(8, Reg.FP, frame + 24, 0))
+    e.emit(mov64_reg(Reg.R1, Reg.R2))
+    e.function_address(Reg.R2, callback)
+    e.emit(mov64_reg(Reg.R3, Reg.FP), alu64_imm(Alu.ADD, Reg.R3, frame), mov64_imm(Reg.R4, 0))
+    e.call(Helper.LOOP)
+    e.emit(ldx(8, Reg.R0, Reg.FP, frame + 24))
+    e.jump(Jmp.JNE, Reg.R0, 0, true)
+    e.goto(false)

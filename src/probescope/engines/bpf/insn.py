@@ -10,10 +10,11 @@ when the program is assembled, and refuses a jump that cannot be encoded.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from probescope.engines.bpf.abi import BPF_PSEUDO_MAP_FD, Helper
+from probescope.engines.bpf.abi import BPF_PSEUDO_FUNC, BPF_PSEUDO_MAP_FD, Helper
 from probescope.errors import BpfError
 
 
@@ -210,6 +211,7 @@ def exit_insn() -> Insn:
 class _Fixup:
     index: int
     label: str
+    immediate: bool = False  # the target goes in `imm` (a function reference), not `off`
 
 
 class Emitter:
@@ -221,6 +223,21 @@ class Emitter:
         self._labels: dict[str, int] = {}
         self._fixups: list[_Fixup] = []
         self._serial = 0
+        self._subprograms: list[tuple[str, Callable[[Emitter], None]]] = []
+        self.functions: list[int] = [0]  # where each function starts, once assembled
+
+    def subprogram(self, stem: str, body: Callable[[Emitter], None]) -> str:
+        """A function emitted after the main program (a `bpf_loop` callback): `body` writes
+        it, ending in `exit`. Returns its label, for `function_address`."""
+        name = self.fresh(stem)
+        self._subprograms.append((name, body))
+        return name
+
+    def function_address(self, dst: Reg, label: str) -> None:
+        """dst = the address of the subprogram at `label` (ld_imm64 with BPF_PSEUDO_FUNC,
+        the target counted from the next instruction)."""
+        self._fixups.append(_Fixup(len(self.insns), label, immediate=True))
+        self.insns.extend(ld_imm64(dst, 0, BPF_PSEUDO_FUNC))
 
     def __len__(self) -> int:
         return len(self.insns)
@@ -262,12 +279,23 @@ class Emitter:
         self.insns.append(call(helper))
 
     def assemble(self) -> bytes:
+        """The program's bytes; subprograms are placed after the main program (which must
+        end in `exit`), each only once."""
+        while self._subprograms:
+            name, body = self._subprograms.pop(0)
+            self.label(name)
+            self.functions.append(len(self.insns))
+            body(self)
         insns = list(self.insns)
         for fixup in self._fixups:
             target = self._labels.get(fixup.label)
             if target is None:
                 raise BpfError(f"jump to label {fixup.label!r}, which was never placed")
             off = target - fixup.index - 1
+            if fixup.immediate:
+                insn = insns[fixup.index]
+                insns[fixup.index] = Insn(insn.code, insn.dst, insn.src, insn.off, off)
+                continue
             if not -(1 << 15) <= off < 1 << 15:
                 raise BpfError(f"jump to {fixup.label!r} spans {off} instructions")
             insn = insns[fixup.index]

@@ -133,6 +133,7 @@ class ProgramImage:
     layout: RecordLayout | None = None
     scratch: ScratchLayout | None = None
     sleepable: bool = False
+    functions: tuple[int, ...] = (0,)  # where each function starts (callbacks after main)
 
     @property
     def instruction_count(self) -> int:
@@ -330,4 +331,5 @@ def build_record_program(
         layout=layout,
         scratch=scratch,
         sleepable=sleepable,
+        functions=tuple(e.functions),
     )

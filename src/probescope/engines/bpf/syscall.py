@@ -217,9 +217,53 @@ def prog_load(
     expected_attach_type: AttachType = AttachType.NONE,
     flags: int = 0,
     log_level: int = 0,
+    functions: Sequence[int] = (0,),
 ) -> int:
     """Load a program. A refusal is reloaded with the verifier log on, and raised as a
-    VerifierError carrying that log."""
+    VerifierError carrying that log. `functions`: where each function starts (the main one at
+    0); with more than one, the minimal BTF describing them goes along (see func_info)."""
+    btf_fd = -1
+    records = b""
+    if len(functions) > 1:
+        from probescope.engines.bpf.func_info import (
+            FUNC_INFO_RECORD,
+            func_info_records,
+            function_btf,
+            load_btf,
+        )
+
+        btf_fd = load_btf(function_btf([f"f{i}" for i in range(len(functions))]))
+        records = func_info_records(functions)
+    try:
+        return _prog_load(
+            program_type,
+            instructions,
+            name,
+            license,
+            expected_attach_type,
+            flags,
+            log_level,
+            btf_fd,
+            records,
+            FUNC_INFO_RECORD.size if records else 0,
+        )
+    finally:
+        if btf_fd >= 0:
+            close(btf_fd)
+
+
+def _prog_load(
+    program_type: ProgramType,
+    instructions: bytes,
+    name: str,
+    license: str,
+    expected_attach_type: AttachType,
+    flags: int,
+    log_level: int,
+    btf_fd: int,
+    func_info: bytes,
+    func_info_size: int,
+) -> int:
 
     def attempt(level: int, log: ctypes.Array[ctypes.c_char] | None) -> int:
         attr = Attr()
@@ -234,6 +278,11 @@ def prog_load(
             attr.pointer(ProgLoadAttr.LOG_BUF, log)
         attr.bytes_at(ProgLoadAttr.PROG_NAME, _object_name(name))
         attr.u32(ProgLoadAttr.EXPECTED_ATTACH_TYPE, expected_attach_type)
+        if func_info:
+            attr.u32(ProgLoadAttr.PROG_BTF_FD, btf_fd)
+            attr.u32(ProgLoadAttr.FUNC_INFO_REC_SIZE, func_info_size)
+            attr.pointer(ProgLoadAttr.FUNC_INFO, func_info)
+            attr.u32(ProgLoadAttr.FUNC_INFO_CNT, len(func_info) // func_info_size)
         return bpf(Command.PROG_LOAD, attr, f"loading program {name!r}")
 
     if log_level:

@@ -130,7 +130,14 @@ def build_tracepoint_program(
     emit_count_lost(e, maps.counters)
     e.label("exit")
     emit_return_zero(e)
-    return ProgramImage(name, ProgramType.TRACEPOINT, AttachType.NONE, e.assemble())
+    instructions = e.assemble()
+    return ProgramImage(
+        name,
+        ProgramType.TRACEPOINT,
+        AttachType.NONE,
+        instructions,
+        functions=tuple(e.functions),
+    )
 
 
 def _emit_tracepoint_header(e: Emitter, index: int, clock: str) -> None:
