@@ -86,7 +86,7 @@ FieldResolver = Callable[[str], FieldPlace | None]
 
 
 @dataclass(frozen=True)
-class _Plan:
+class PredicatePlan:
     """A predicate checked against its field: what to emit."""
 
     place: FieldPlace
@@ -99,9 +99,9 @@ class _Plan:
 
 def plan_filter(
     tree: Expression, resolve: FieldResolver, *, spec: str, column: int, fields_hint: str
-) -> dict[Predicate, _Plan]:
+) -> dict[Predicate, PredicatePlan]:
     """Check every predicate (all problems collected) and decide how each is evaluated."""
-    plans: dict[Predicate, _Plan] = {}
+    plans: dict[Predicate, PredicatePlan] = {}
     errors: list[SpecError] = []
     for predicate in fields_of(tree):
         try:
@@ -115,7 +115,7 @@ def plan_filter(
 
 def _plan(
     predicate: Predicate, resolve: FieldResolver, spec: str, column: int, fields_hint: str
-) -> _Plan:
+) -> PredicatePlan:
     def error(message: str, at: int, hint: str | None = None) -> SpecError:
         return SpecError(message, spec=spec, column=column + at, hint=hint)
 
@@ -143,7 +143,7 @@ def _plan(
         value &= (1 << bits) - 1  # the kernel casts the value to the field's type
         if place.signed and value >= 1 << (bits - 1):
             value -= 1 << bits
-        return _Plan(place, predicate.op, number=value)
+        return PredicatePlan(place, predicate.op, number=value)
     if predicate.op not in ("==", "!=", "~"):
         raise error(
             f"string field {predicate.field!r} compares with ==, != or ~, not {predicate.op!r}",
@@ -155,7 +155,7 @@ def _plan(
     if predicate.op == "~":
         if text.startswith("!"):
             negate, text = True, text[1:]
-        match, text = _glob_kind(text)
+        match, text = glob_kind(text)
         if match == "glob":
             raise error(
                 f"the bpf engine compiles globs of the forms abc*, *abc and *abc*, not {text!r}",
@@ -170,10 +170,10 @@ def _plan(
             f"a *text* pattern is compiled for up to {MAX_MIDDLE_PATTERN} bytes",
             predicate.value_column,
         )
-    return _Plan(place, predicate.op, pattern=pattern, match=match, negate=negate)
+    return PredicatePlan(place, predicate.op, pattern=pattern, match=match, negate=negate)
 
 
-def _glob_kind(text: str) -> tuple[str, str]:
+def glob_kind(text: str) -> tuple[str, str]:
     """The kernel's `filter_parse_regex`: which match a `~` pattern asks for, and the text
     to match."""
     kind = "full"
@@ -198,7 +198,7 @@ def _glob_kind(text: str) -> tuple[str, str]:
 
 
 def filter_emitter(
-    tree: Expression, plans: dict[Predicate, _Plan]
+    tree: Expression, plans: dict[Predicate, PredicatePlan]
 ) -> Callable[[Emitter, str], None]:
     """The code emitter: jumps to the drop label when the record does not match."""
 
@@ -211,7 +211,7 @@ def filter_emitter(
 
 
 def _condition(
-    e: Emitter, tree: Expression, plans: dict[Predicate, _Plan], true: str, false: str
+    e: Emitter, tree: Expression, plans: dict[Predicate, PredicatePlan], true: str, false: str
 ) -> None:
     if isinstance(tree, Or):
         middle = e.fresh("or")
@@ -241,7 +241,7 @@ _UNSIGNED_JUMPS = {"==": Jmp.JEQ, "!=": Jmp.JNE, "<": Jmp.JLT, "<=": Jmp.JLE, ">
 _UNSIGNED_JUMPS[">="] = Jmp.JGE
 
 
-def _number(e: Emitter, plan: _Plan, place: NumberField, true: str, false: str) -> None:
+def _number(e: Emitter, plan: PredicatePlan, place: NumberField, true: str, false: str) -> None:
     e.emit(ldx(place.size, Reg.R1, RECORD, place.offset))
     if place.signed and place.size < 8:
         shift = 64 - 8 * place.size
@@ -260,7 +260,7 @@ def _number(e: Emitter, plan: _Plan, place: NumberField, true: str, false: str) 
     e.goto(false)
 
 
-def _string(e: Emitter, plan: _Plan, true: str, false: str) -> None:
+def _string(e: Emitter, plan: PredicatePlan, true: str, false: str) -> None:
     """r1 = the string's record offset, r2 = its length (as the kernel counts it); then the
     match, with every read bounded for the verifier."""
     place = plan.place
