@@ -235,11 +235,19 @@ class FetchCompiler:
             self.chain(program, fault)
             self._add_constant(VALUE, program.offsets[-1])
             self._read_user_into_record(slot.offset, size * arg_type.count, VALUE)
-            e.jump(Jmp.JEQ, Reg.R0, 0, done)
+            whole = e.fresh("whole")
+            e.jump(Jmp.JEQ, Reg.R0, 0, whole)
             for index in range(arg_type.count):  # the kernel reads element by element
                 e.emit(mov64_reg(Reg.R3, VALUE))
                 self._add_constant(Reg.R3, index * size)
                 self._read_user_into_record(slot.offset + index * size, size, Reg.R3)
+            e.label(whole)
+            if arg_type.bitfield is not None:  # applied to each element, as stored
+                for index in range(arg_type.count):
+                    at = slot.offset + index * size
+                    e.emit(ldx(size, Reg.R1, RECORD, at))
+                    self._bitfield(arg_type, Reg.R1)
+                    e.emit(stx(size, RECORD, at, Reg.R1))
         elif program.offsets and arg_type.bitfield is None:
             self.chain(program, fault)
             self._add_constant(VALUE, program.offsets[-1])
