@@ -20,6 +20,7 @@ class Command(IntEnum):
     BTF_LOAD = 18
     MAP_LOOKUP_BATCH = 24
     LINK_CREATE = 28
+    LINK_GET_FD_BY_ID = 30
 
 
 class MapType(IntEnum):

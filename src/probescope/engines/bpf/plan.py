@@ -88,25 +88,33 @@ def plan_uprobes(
     groups: dict[ProbeCode, ProbeGroup] = {}
     event_types: dict[int, EventType] = {}
     layouts: dict[int, RecordLayout] = {}
+    layouts_of: dict[ProbeCode, RecordLayout] = {}
     names: dict[tuple[str, str], EventType] = {}
     used: set[str] = set()
     errors: list[SpecError] = []
+    checked: dict[tuple[object, ...], ProbeCode] = {}  # probes that share arguments share work
     for number, probe in enumerate(probes):
         index = first_index + number
         spec = probe.spec
         assert isinstance(spec, ProbeSpec)
-        text = spec.source or spec.definition()
         try:
-            code = _probe_code(probe, spec, text, default_filter)
+            shared = (spec.args, probe.kind.is_return, spec.filter)
+            code = checked.get(shared)
+            if code is None or code.probe_offset is not None:
+                text = spec.source or spec.definition()
+                code = checked[shared] = _probe_code(probe, spec, text, default_filter)
         except SpecErrors as many:
             errors += many.errors
             continue
         except SpecError as error:
             errors.append(error)
             continue
-        group = groups.setdefault(code, ProbeGroup(code))
+        group = groups.get(code)
+        if group is None:
+            group = groups[code] = ProbeGroup(code)
+            layouts_of[code] = layout_for(code.args)
         group.members.append((index, probe))
-        layouts[index] = layout_for(code.args)
+        layouts[index] = layouts_of[code]
         key = (spec.group_name, spec.event_name)
         event_type = names.get(key)
         if event_type is None:
