@@ -47,6 +47,8 @@ from probescope.engines.bpf.plan import (
 )
 from probescope.engines.bpf.program import (
     CLOCKS,
+    COUNTER_FILTERED,
+    COUNTER_LOST,
     SCRATCH_SLOTS_PER_CPU,
     ProgramImage,
     RecordAction,
@@ -185,6 +187,11 @@ class BpfEngine:
                 self._attach_tracepoint(program_fd, event_id, label)
             self._filter_pids(maps, target)
             self._attach_uprobes(plan, mode)
+            self._stats.extra.update(
+                programs=len(self._owned.programs),
+                links=len(self._owned.links),
+                perf_events=len(self._owned.perf_events),
+            )
             if self._command is not None:
                 self._command.release()
         except BaseException:
@@ -412,9 +419,6 @@ class BpfEngine:
                 events = walked.events
                 if len(events) > 1:
                     events.sort(key=_TIMESTAMP)
-                self._stats.extra["filtered"] = (
-                    self._stats.extra.get("filtered", 0) + walked.discarded
-                )
                 if events or lost:
                     last_yield = time.monotonic()
                     yield EventBatch(events, lost)
@@ -437,7 +441,7 @@ class BpfEngine:
     def _new_losses(self) -> int:
         if self._counters is None:
             return 0
-        total = int(struct.unpack_from("<Q", self._counters.get(0))[0])
+        total = _u64(self._counters.get(COUNTER_LOST))
         lost = total - self._lost_seen
         self._lost_seen = total
         return lost
@@ -457,10 +461,8 @@ class BpfEngine:
             self._stats.command_status = self._command.returncode
         if self._counters is not None and self._counters.fd >= 0:
             with contextlib.suppress(BpfError):
-                (self._stats.lost,) = struct.unpack_from("<Q", self._counters.get(0))
-        self._stats.extra["programs"] = len(self._owned.programs)
-        self._stats.extra["links"] = len(self._owned.links)
-        self._stats.extra["perf_events"] = len(self._owned.perf_events)
+                self._stats.lost = _u64(self._counters.get(COUNTER_LOST))
+                self._stats.extra["filtered"] = _u64(self._counters.get(COUNTER_FILTERED))
         return self._stats
 
     def detach(self) -> None:
@@ -488,6 +490,10 @@ class BpfEngine:
                 f"terminated, status {self._command.returncode}"
             )
             self._stats.command_status = self._command.returncode
+
+
+def _u64(value: bytes) -> int:
+    return int(struct.unpack_from("<Q", value)[0])
 
 
 def _close_together(fds: list[int]) -> None:

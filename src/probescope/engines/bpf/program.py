@@ -190,7 +190,11 @@ def emit_header(
     e.call(Helper.GET_CURRENT_COMM)
 
 
-def emit_count_lost(e: Emitter, counters_fd: int, index: int = 0) -> None:
+COUNTER_LOST = 0  # records the ring had no room for
+COUNTER_FILTERED = 1  # hits the in-program filter dropped
+
+
+def emit_count(e: Emitter, counters_fd: int, index: int = COUNTER_LOST) -> None:
     """counters[index] += 1, atomically: programs on one CPU can preempt each other."""
     done = e.fresh("counted")
     e.emit(st_imm(4, Reg.FP, KEY_SLOT, index), ld_map_fd(Reg.R1, counters_fd))
@@ -300,11 +304,12 @@ def build_record_program(
         e.goto("exit")
         if e.referenced("drop"):
             e.label("drop")
-            e.emit(mov64_reg(Reg.R1, RECORD), mov64_imm(Reg.R2, 0))
+            emit_count(e, maps.counters, COUNTER_FILTERED)
+            e.emit(mov64_reg(Reg.R1, RECORD), mov64_imm(Reg.R2, BPF_RB_NO_WAKEUP))
             e.call(Helper.RINGBUF_DISCARD)
             e.goto("exit")
         e.label("lost")
-        emit_count_lost(e, maps.counters)
+        emit_count(e, maps.counters)
     else:
         # size = fixed part + string bytes, bounded for the verifier
         e.emit(mov64_reg(Reg.R3, COPIED), alu64_imm(Alu.ADD, Reg.R3, layout.strings_offset))
@@ -313,14 +318,16 @@ def build_record_program(
         e.emit(mov64_imm(Reg.R4, BPF_RB_NO_WAKEUP))
         e.call(Helper.RINGBUF_OUTPUT)
         e.jump(Jmp.JEQ, Reg.R0, 0, "release")
-        emit_count_lost(e, maps.counters)
+        emit_count(e, maps.counters)
         if e.referenced("drop"):
+            e.goto("release")
             e.label("drop")
+            emit_count(e, maps.counters, COUNTER_FILTERED)
         e.label("release")
         e.emit(st_imm(8, RECORD, action.claim_offset, 0))
         e.goto("exit")
         e.label("lost")
-        emit_count_lost(e, maps.counters)
+        emit_count(e, maps.counters)
     e.label("exit")
     emit_return_zero(e)
     return ProgramImage(

@@ -33,12 +33,13 @@ from probescope.engines.bpf.insn import (
 )
 from probescope.engines.bpf.program import (
     CLOCKS,
+    COUNTER_FILTERED,
     KEY_SLOT,
     FilterEmitter,
     ProgramImage,
     SharedMaps,
     emit_claim_scratch,
-    emit_count_lost,
+    emit_count,
     emit_pid_filter,
     emit_return_zero,
 )
@@ -115,19 +116,23 @@ def build_tracepoint_program(
     e.jump(Jmp.JNE, Reg.R0, 0, "release")
     e.emit(st_imm(8, RECORD, HEADER_SIZE, 0))  # perf's pt_regs pointer, not common fields
     if code.emit_filter is not None:
-        code.emit_filter(e, "release")
+        code.emit_filter(e, "filtered")
     e.emit(mov64_reg(Reg.R3, Reg.R8), alu64_imm(Alu.ADD, Reg.R3, HEADER_SIZE))
     e.jump(Jmp.JGT, Reg.R3, _TRACEPOINT_RECORD_AREA, "release")
     e.emit(ld_map_fd(Reg.R1, maps.ring), mov64_reg(Reg.R2, RECORD))
     e.emit(mov64_imm(Reg.R4, BPF_RB_NO_WAKEUP))
     e.call(Helper.RINGBUF_OUTPUT)
     e.jump(Jmp.JEQ, Reg.R0, 0, "release")
-    emit_count_lost(e, maps.counters)
+    emit_count(e, maps.counters)
+    if e.referenced("filtered"):
+        e.goto("release")
+        e.label("filtered")
+        emit_count(e, maps.counters, COUNTER_FILTERED)
     e.label("release")
     e.emit(st_imm(8, RECORD, claim_offset, 0))
     e.goto("exit")
     e.label("lost")
-    emit_count_lost(e, maps.counters)
+    emit_count(e, maps.counters)
     e.label("exit")
     emit_return_zero(e)
     instructions = e.assemble()
