@@ -67,7 +67,15 @@ from probescope.engines.bpf.tracepoints import (
     tracepoint_event_type,
 )
 from probescope.engines.launch import GatedCommand
-from probescope.errors import BpfError, EngineUnavailable, ProbescopeError, VerifierError
+from probescope.errors import (
+    BpfError,
+    EngineUnavailable,
+    ProbescopeError,
+    SpecError,
+    SpecErrors,
+    SymbolError,
+    VerifierError,
+)
 from probescope.events import Event, EventBatch
 from probescope.language.model import ProbeKind, ProbeSpec
 from probescope.language.resolved import ResolvedProbe
@@ -169,6 +177,7 @@ class BpfEngine:
                 hint="choose --engine tracefs",
             )
         uprobes = [p for p in probes if isinstance(p.spec, ProbeSpec)]
+        _check_instruction_boundaries(uprobes)
         tracepoint_specs = [p.spec for p in probes if isinstance(p.spec, TracepointSpec)]
         plan = plan_uprobes(uprobes, self.options.default_filter)
         tracepoints = self._plan_tracepoints(tracepoint_specs, len(uprobes))
@@ -490,6 +499,32 @@ class BpfEngine:
                 f"terminated, status {self._command.returncode}"
             )
             self._stats.command_status = self._command.returncode
+
+
+def _check_instruction_boundaries(probes: Sequence[ResolvedProbe]) -> None:
+    """uprobe_multi accepts an offset inside an instruction and the traced program then runs
+    corrupted code. Probes resolved from a symbol's first byte or a USDT note are boundaries;
+    every other offset (a raw kernel-grammar location, `func+N`) is decoded again here."""
+    from probescope.symbols.insn import check_probe_offset
+
+    errors: list[SpecError] = []
+    for probe in probes:
+        if probe.kind is ProbeKind.USDT or probe.on_function_entry:
+            continue
+        assert probe.path is not None and probe.offset is not None
+        try:
+            check_probe_offset(probe.path, probe.offset)
+        except SymbolError as error:
+            text = probe.spec.source if isinstance(probe.spec, ProbeSpec) else None
+            errors.append(
+                SpecError(
+                    f"refusing to probe {probe.path}:{probe.offset:#x}: {error.message}",
+                    spec=text or str(probe.spec),
+                    hint=error.hint or "probe an instruction boundary",
+                )
+            )
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
 
 
 def _u64(value: bytes) -> int:
