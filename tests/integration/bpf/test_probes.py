@@ -187,3 +187,30 @@ def test_trace_command_text(values: Path) -> None:
     ), lines[0]
     assert "sched_process_exit: comm=values" in lines[-1]
     assert "(bpf engine, end); lost 0" in result.stderr
+
+
+def test_text_is_the_tracefs_engines_but_for_the_flags_column(values: Path, no_aslr: Path) -> None:
+    """The same events print the same lines; BPF cannot know the irq/preempt flags, so the
+    bpf engine's lines read `.....` there (and time and cpu are each run's own)."""
+    from io import BytesIO
+
+    from probescope.sinks.base import open_sink
+
+    specs = [
+        f"{values}:filter_probe n=arg1:s32 w=+0(arg2):string c=$comm:string",
+        f"r:{values}:filter_probe r=retval:s32",
+        "t:sched:sched_process_exit",
+    ]
+    texts = {}
+    for engine in ("tracefs", "bpf"):
+        out = BytesIO()
+        session = Session(specs, engine=engine, command=[str(no_aslr), str(values)])
+        session.run([open_sink("text", out)])
+        context = re.compile(r"^(\s*\S+)-\d+\s+\[\d{3}\] (.{5}) +\d+\.\d{6}: ")
+        lines = out.getvalue().decode().splitlines()
+        texts[engine] = [re.sub(r"pid=\d+", "pid=N", context.sub(r"\1 ", line)) for line in lines]
+        flags = {match.group(2) for match in map(context.match, lines) if match}
+        if engine == "bpf":
+            assert flags == {"....."}
+    assert texts["bpf"] == texts["tracefs"]
+    assert len(texts["bpf"]) == 15
