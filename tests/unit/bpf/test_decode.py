@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from probescope.engines.bpf.decode import RecordDecoder, compile_args_decoder
+from probescope.engines.bpf.decode import RecordDecoder
 from probescope.engines.bpf.record import HEADER, HEADER_SIZE, layout_for
 from probescope.errors import RingBufferFormatError
 from probescope.events import EventType
@@ -46,7 +46,7 @@ def test_numbers_chars_arrays_and_strings() -> None:
     probe = spec('a=%di:s8 b=%si:x16 c=+0(%dx):char[3] d=+0(%cx):string e=\\"x":string f=%r8:u64')
     layout = layout_for(probe.args)
     decoder = RecordDecoder()
-    decoder.add(0, event_type(probe), is_return=False, args=compile_args_decoder(layout, "e"))
+    decoder.add(0, event_type(probe), is_return=False, layout=layout)
     strings_at = layout.strings_offset
     body = header(0) + struct.pack(
         "<bH3sIIQ",
@@ -69,14 +69,14 @@ def test_numbers_chars_arrays_and_strings() -> None:
 def test_returns_keep_the_return_address() -> None:
     probe = spec("")
     decoder = RecordDecoder()
-    decoder.add(3, event_type(probe, ProbeKind.URETPROBE), is_return=True, args=None)
+    decoder.add(3, event_type(probe, ProbeKind.URETPROBE), is_return=True, layout=layout_for(()))
     (event,) = decoder.walk(ring_record(header(3, ip=0x1000, ret_ip=0x2345))).events
     assert (event.ip, event.ret_ip, event.args) == (0x1000, 0x2345, ())
 
 
 def test_busy_records_stop_the_walk_and_discarded_ones_are_skipped() -> None:
     decoder = RecordDecoder()
-    decoder.add(0, event_type(spec("")), is_return=False, args=None)
+    decoder.add(0, event_type(spec("")), is_return=False, layout=layout_for(()))
     first = ring_record(header(0, ts=1))
     skipped = ring_record(header(0, ts=2), DISCARD)
     busy = ring_record(header(0, ts=3), BUSY)
@@ -88,7 +88,7 @@ def test_busy_records_stop_the_walk_and_discarded_ones_are_skipped() -> None:
 
 def test_a_record_cut_short_waits_for_the_rest() -> None:
     decoder = RecordDecoder()
-    decoder.add(0, event_type(spec("")), is_return=False, args=None)
+    decoder.add(0, event_type(spec("")), is_return=False, layout=layout_for(()))
     whole = ring_record(header(0))
     walked = decoder.walk(whole + whole[:20])
     assert len(walked.events) == 1 and walked.consumed == len(whole)
@@ -96,14 +96,14 @@ def test_a_record_cut_short_waits_for_the_rest() -> None:
 
 def test_unknown_probe_index_is_an_error() -> None:
     decoder = RecordDecoder()
-    decoder.add(0, event_type(spec("")), is_return=False, args=None)
+    decoder.add(0, event_type(spec("")), is_return=False, layout=layout_for(()))
     with pytest.raises(RingBufferFormatError, match="probe index 9"):
         decoder.walk(ring_record(header(9)))
 
 
 def test_comm_names_are_decoded_once_and_keep_undecodable_bytes() -> None:
     decoder = RecordDecoder()
-    decoder.add(0, event_type(spec("")), is_return=False, args=None)
+    decoder.add(0, event_type(spec("")), is_return=False, layout=layout_for(()))
     raw = HEADER.pack(1, 0, 0, 1, 1, 0, 0, b"caf\xe9\0" + b"\0" * 11)
     (event,) = decoder.walk(ring_record(raw)).events
     assert event.comm.encode("utf-8", "surrogateescape") == b"caf\xe9"

@@ -3,10 +3,10 @@ kernel's own records: integers for u/s/x types (bitfields already extracted), a 
 `str` for `char`, `str` or None (`(fault)`) for strings, tuples for arrays; strings decoded as
 UTF-8 with undecodable bytes kept as surrogate escapes.
 
-Each probe gets, once, a `struct` layout and a few generated lines for its arguments; the walk
-over a copied span of the ring is generated too, so a record costs a header unpack, a list
-index and a tuple. A record the engine wrote for a probe index it does not know is a bug and
-raises `RingBufferFormatError`.
+The walk over a copied span of the ring is generated once per set of probes: per record one
+`struct` unpack of the ring's and the engine's headers, one of the arguments (none for probes
+without), their conversions, and the Event. A record the engine wrote for a probe index it
+does not know is a bug and raises `RingBufferFormatError`.
 """
 
 from __future__ import annotations
@@ -37,10 +37,16 @@ class Walked:
 
 
 class RecordDecoder:
-    """Decodes spans of the ring buffer. Teach it every probe index before decoding."""
+    """Decodes spans of the ring buffer. Teach it every probe index before decoding.
+
+    Probes whose records are laid out alike share one branch of the generated walk: a single
+    `struct` unpack of the header and the arguments, the argument conversions, and the Event.
+    """
 
     def __init__(self) -> None:
-        self._entries: list[tuple[EventType, bool, ArgsDecoder | None] | None] = []
+        self._routes: list[tuple[int, EventType] | None] = []
+        self._layouts: dict[tuple[object, ...], int] = {}
+        self._branches: list[tuple[str, str, bool, ArgsDecoder | None]] = []
         self._walk: Callable[[bytes, list[Event]], tuple[int, int]] | None = None
         self._comms: dict[bytes, str] = {}
 
@@ -50,14 +56,29 @@ class RecordDecoder:
         event_type: EventType,
         *,
         is_return: bool,
-        args: ArgsDecoder | None,
+        layout: RecordLayout | None = None,
+        args: ArgsDecoder | None = None,
     ) -> None:
-        """Records of probe `index` become Events of `event_type`; `args` decodes the bytes
-        after the header (None: the probe has no arguments). BPF knows no irq/preempt flags:
-        events carry 0."""
-        while len(self._entries) <= index:
-            self._entries.append(None)
-        self._entries[index] = (event_type, is_return, args)
+        """Records of probe `index` become Events of `event_type`, their arguments decoded
+        from `layout` (the engine's own argument layout) or by `args` (any other record, e.g.
+        a tracepoint's raw entry). BPF knows no irq/preempt flags: events carry 0."""
+        branch: tuple[str, str, bool, ArgsDecoder | None]
+        if layout is not None:
+            codes, lines, names = _argument_code(layout)
+            key: tuple[object, ...] = ("layout", codes, tuple(lines), is_return)
+            branch = (codes, "\n".join(lines) + f"\nargs = ({names})", is_return, None)
+        else:
+            if args is None:
+                raise RingBufferFormatError(f"probe index {index}: no layout and no decoder")
+            key = ("custom", id(args), is_return)
+            branch = ("", "", is_return, args)
+        number = self._layouts.get(key)
+        if number is None:
+            number = self._layouts[key] = len(self._branches)
+            self._branches.append(branch)
+        while len(self._routes) <= index:
+            self._routes.append(None)
+        self._routes[index] = (number, event_type)
         self._walk = None
 
     def walk(self, span: bytes) -> Walked:
@@ -74,49 +95,69 @@ class RecordDecoder:
         namespace: dict[str, Any] = {
             "_new": tuple.__new__,
             "_Event": Event,
-            "_entries": self._entries,
-            "_head": HEADER.unpack_from,
-            "_u32": struct.Struct("<I").unpack_from,
+            "_routes": self._routes,
+            "_peek": struct.Struct(f"<I{RINGBUF_HEADER_SIZE - 4}x" + HEADER.format[1:]).unpack_from,
             "_comms": self._comms,
             "_comm": self._comm,
             "_unknown": _unknown_index,
+            "_chars": _CHARS,
         }
-        source = f"""
-def walk(span, events):
-    append = events.append
-    pos = 0
-    end = len(span)
-    discarded = 0
-    while end - pos >= {RINGBUF_HEADER_SIZE}:
-        word = _u32(span, pos)[0]
-        if word & {RINGBUF_BUSY_BIT}:
-            break
-        length = word & {~(RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT) & 0xFFFFFFFF}
-        start = pos + {RINGBUF_HEADER_SIZE}
-        following = start + ((length + 7) & ~7)
-        if following > end:
-            break
-        pos = following
-        if word & {RINGBUF_DISCARD_BIT}:
-            discarded += 1
-            continue
-        ts, ip, ret_ip, tid, tgid, index, cpu, raw_comm = _head(span, start)
-        comm = _comms.get(raw_comm)
-        if comm is None:
-            comm = _comm(raw_comm)
-        try:
-            event_type, is_return, args = _entries[index]
-        except (IndexError, TypeError):
-            _unknown(index, start)
-        append(_new(_Event, (
-            ts, cpu, tgid, tid, comm, event_type, ip,
-            ret_ip if is_return else None,
-            () if args is None else args(span, start, length),
-            0, 0,
-        )))
-    return pos, discarded
-"""
-        exec(compile(source, "<probescope bpf ring walk>", "exec"), namespace)
+        branches = []
+        for number, (codes, lines, is_return, custom) in enumerate(self._branches):
+            ret_ip = "ret_ip" if is_return else "None"
+            keyword = "if" if number == 0 else "elif"
+            if custom is None and not codes:
+                body = ["args = ()"]
+            elif custom is None:
+                namespace[f"_unpack{number}"] = struct.Struct("<" + codes).unpack_from
+                unpacked = "".join(f"v{n}, " for n in range(len(codes)))  # a code a value
+                body = [
+                    f"{unpacked}= _unpack{number}(span, start + {HEADER_SIZE})",
+                    *lines.splitlines(),
+                ]
+            else:
+                namespace[f"_custom{number}"] = custom
+                body = [f"args = _custom{number}(span, start, length)"]
+            body += [
+                "comm = _comms.get(raw_comm)",
+                "if comm is None:",
+                "    comm = _comm(raw_comm)",
+                f"append(_new(_Event, (ts, cpu, tgid, tid, comm, event_type, ip, {ret_ip}, "
+                "args, 0, 0)))",
+            ]
+            branches.append(f"        {keyword} branch == {number}:")
+            branches += [f"            {line}" for line in body]
+        if not branches:
+            branches = ["        if False:", "            pass"]
+        source = "\n".join(
+            [
+                "def walk(span, events):",
+                "    append = events.append",
+                "    pos = 0",
+                "    end = len(span)",
+                "    discarded = 0",
+                f"    while end - pos >= {RINGBUF_HEADER_SIZE + HEADER_SIZE}:",
+                "        word, ts, ip, ret_ip, tid, tgid, index, cpu, raw_comm = _peek(span, pos)",
+                f"        if word & {RINGBUF_BUSY_BIT}:",
+                "            break",
+                f"        length = word & {~(RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT) & 0xFFFFFFFF}",
+                f"        start = pos + {RINGBUF_HEADER_SIZE}",
+                "        following = start + ((length + 7) & ~7)",
+                "        if following > end:",
+                "            break",
+                "        pos = following",
+                f"        if word & {RINGBUF_DISCARD_BIT}:",
+                "            discarded += 1",
+                "            continue",
+                "        try:",
+                "            branch, event_type = _routes[index]",
+                "        except (IndexError, TypeError):",
+                "            _unknown(index, start)",
+                *branches,
+                "    return pos, discarded",
+            ]
+        )
+        exec(compile(source + "\n", "<probescope bpf ring walk>", "exec"), namespace)
         walk: Callable[[bytes, list[Event]], tuple[int, int]] = namespace["walk"]
         return walk
 
@@ -133,43 +174,37 @@ def _unknown_index(index: int, start: int) -> None:
     )
 
 
-def compile_args_decoder(layout: RecordLayout, label: str) -> ArgsDecoder | None:
-    """The function that decodes a probe's arguments from its record (None: no arguments)."""
-    if not layout.slots:
-        return None
-    codes = ["<", f"{HEADER_SIZE}x"]
-    names: list[str] = []
+def _argument_code(layout: RecordLayout) -> tuple[str, list[str], str]:
+    """(struct codes of the arguments after the header, lines turning the unpacked values
+    `v0, v1, ...` into the arguments' Python values, the expression of the argument tuple)."""
+    codes: list[str] = []
     lines: list[str] = []
     results: list[str] = []
+    position = 0
     for number, slot in enumerate(layout.slots):
         arg_type = slot.arg.type
         count = arg_type.count
+        elements = [f"v{position + n}" for n in range(count or 1)]
+        position += len(elements)
         var = f"a{number}"
-        elements = [f"{var}_{n}" for n in range(count)] if count else [var]
-        names += elements
         if slot.is_string:
             codes.append("I" * len(elements))
-            for element in elements:
+            converted = []
+            for n, element in enumerate(elements):
+                name = f"{var}_{n}"
                 lines += [
                     f"n = {element} >> 16",
                     f"at = start + ({element} & 0xffff)",
-                    f"{element} = span[at:at + n - 1].decode('utf-8', 'surrogateescape') "
+                    f"{name} = span[at:at + n - 1].decode('utf-8', 'surrogateescape') "
                     "if n else None",
                 ]
+                converted.append(name)
+            elements = converted
         elif arg_type.base == "char":
             codes.append("B" * len(elements))
-            lines += [f"{element} = _chars[{element}]" for element in elements]
+            elements = [f"_chars[{element}]" for element in elements]
         else:
             codes.append(_INT_CODES[(arg_type.size, arg_type.signed)] * len(elements))
-        results.append(f"({', '.join(elements)},)" if count else var)
-    unpack = struct.Struct("".join(codes)).unpack_from
-    body = [
-        "def args(span, start, length):",
-        f"    {', '.join(names)}, = _unpack(span, start)",
-        *("    " + line for line in lines),
-        f"    return ({', '.join(results)},)",
-    ]
-    namespace: dict[str, Any] = {"_unpack": unpack, "_chars": _CHARS}
-    exec(compile("\n".join(body) + "\n", f"<probescope bpf args {label}>", "exec"), namespace)
-    decoder: ArgsDecoder = namespace["args"]
-    return decoder
+        results.append(f"({', '.join(elements)},)" if count else elements[0])
+    names = "".join(f"{result}, " for result in results)
+    return "".join(codes), lines, names

@@ -37,7 +37,7 @@ from probescope.engines.bpf.attach import (
     uprobe_pmu_type,
 )
 from probescope.engines.bpf.capability import BpfFeatures, probe_features
-from probescope.engines.bpf.decode import RecordDecoder, compile_args_decoder
+from probescope.engines.bpf.decode import RecordDecoder
 from probescope.engines.bpf.maps import ArrayMap, BpfMap, HashMap, possible_cpus
 from probescope.engines.bpf.plan import (
     UprobePlan,
@@ -319,11 +319,12 @@ class BpfEngine:
                 else AttachType.NONE,
             )
             self._group_programs.append(self._load(image, f"{label} ({args})"))
-            assert image.layout is not None
-            decoder = compile_args_decoder(image.layout, first.label)
             for index, _probe in group.members:
                 self._decoder.add(
-                    index, plan.event_types[index], is_return=group.is_return, args=decoder
+                    index,
+                    plan.event_types[index],
+                    is_return=group.is_return,
+                    layout=image.layout,
                 )
 
     def _load_tracepoints(
