@@ -108,3 +108,12 @@ def test_comm_names_are_decoded_once_and_keep_undecodable_bytes() -> None:
     (event,) = decoder.walk(ring_record(raw)).events
     assert event.comm.encode("utf-8", "surrogateescape") == b"caf\xe9"
     assert HEADER_SIZE == 56
+
+
+def test_layouts_with_the_same_bytes_but_other_types_stay_apart() -> None:
+    number, letter = spec("v=%di:u8"), spec("v=%di:char")
+    decoder = RecordDecoder()
+    decoder.add(0, event_type(number), is_return=False, layout=layout_for(number.args))
+    decoder.add(1, event_type(letter), is_return=False, layout=layout_for(letter.args))
+    span = ring_record(header(0) + b"A") + ring_record(header(1) + b"A")
+    assert [e.args for e in decoder.walk(span).events] == [(65,), ("A",)]

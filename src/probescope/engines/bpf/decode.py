@@ -65,7 +65,7 @@ class RecordDecoder:
         branch: tuple[str, str, bool, ArgsDecoder | None]
         if layout is not None:
             codes, lines, names = _argument_code(layout)
-            key: tuple[object, ...] = ("layout", codes, tuple(lines), is_return)
+            key: tuple[object, ...] = ("layout", codes, tuple(lines), names, is_return)
             branch = (codes, "\n".join(lines) + f"\nargs = ({names})", is_return, None)
         else:
             if args is None:
