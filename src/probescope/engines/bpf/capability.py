@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -83,10 +84,10 @@ def probe_features() -> BpfFeatures:
     syscall.close(fd)
     notes: list[str] = []
     with _scratch_file() as path:
-        multi, multi_error = _try_uprobe_multi(path, 0)
+        multi, multi_error = _try_uprobe_multi(path)
         sleepable = False
         if multi:
-            sleepable, _ = _try_uprobe_multi(path, BPF_F_SLEEPABLE)
+            sleepable = _loads_sleepable()
             if not sleepable:
                 notes.append(
                     "programs cannot be sleepable here: an argument on a page the program has "
@@ -106,9 +107,9 @@ def probe_features() -> BpfFeatures:
     )
 
 
-def _try_uprobe_multi(path: str, flags: int) -> tuple[bool, str]:
+def _try_uprobe_multi(path: str) -> tuple[bool, str]:
     try:
-        program = _trivial(AttachType.TRACE_UPROBE_MULTI, flags)
+        program = _trivial(AttachType.TRACE_UPROBE_MULTI)
     except BpfError as error:
         return False, error.message
     try:
@@ -117,8 +118,30 @@ def _try_uprobe_multi(path: str, flags: int) -> tuple[bool, str]:
         return False, error.message
     finally:
         syscall.close(program)
-    syscall.close(link)
+    close_later([link])
     return True, ""
+
+
+def _loads_sleepable() -> bool:
+    """The verifier accepts a sleepable program only for attach types that may sleep: loading
+    one for uprobe_multi is the test."""
+    try:
+        program = _trivial(AttachType.TRACE_UPROBE_MULTI, BPF_F_SLEEPABLE)
+    except BpfError:
+        return False
+    syscall.close(program)
+    return True
+
+
+def close_later(fds: list[int]) -> None:
+    """Close descriptors on a background thread: closing a link waits for RCU grace periods
+    (35 ms here for one probe) that nothing needs to wait for."""
+
+    def close_all() -> None:
+        for fd in fds:
+            syscall.close(fd)
+
+    threading.Thread(target=close_all, daemon=True).start()
 
 
 def _try_pmu(path: str) -> tuple[bool, str]:
@@ -140,7 +163,5 @@ def _try_pmu(path: str) -> tuple[bool, str]:
         return False, error.message
     finally:
         syscall.close(program)
-        syscall.close(event)
-    if link is not None:
-        syscall.close(link)
+    close_later([event] if link is None else [link, event])
     return True, ""

@@ -20,6 +20,7 @@ import fnmatch
 import operator
 import os
 import struct
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -95,6 +96,8 @@ class _Owned:
 
     links: list[int] = field(default_factory=list)
     perf_events: list[int] = field(default_factory=list)
+    trackers: list[int] = field(default_factory=list)  # the fork/exit tracker's attachments
+    trackers_closing: threading.Thread | None = None
     programs: list[int] = field(default_factory=list)
     maps: list[BpfMap] = field(default_factory=list)
     ring: RingBuffer | None = None
@@ -198,8 +201,8 @@ class BpfEngine:
             self._attach_uprobes(plan, mode)
             self._stats.extra.update(
                 programs=len(self._owned.programs),
-                links=len(self._owned.links),
-                perf_events=len(self._owned.perf_events),
+                links=len(self._owned.links) + len(self._owned.trackers) // 2,
+                perf_events=len(self._owned.perf_events) + len(self._owned.trackers) // 2,
             )
             if self._command is not None:
                 self._command.release()
@@ -381,14 +384,16 @@ class BpfEngine:
             (build_exit_program(exit_format, maps.pids), exit_format),
         ):
             fd = self._load(image, f"sched:{event.name}")
-            self._attach_tracepoint(fd, event.id, f"sched:{event.name}")
+            self._attach_tracepoint(fd, event.id, f"sched:{event.name}", self._owned.trackers)
 
-    def _attach_tracepoint(self, program_fd: int, event_id: int, label: str) -> None:
+    def _attach_tracepoint(
+        self, program_fd: int, event_id: int, label: str, owner: list[int] | None = None
+    ) -> None:
         perf_fd = open_tracepoint_event(event_id, label)
-        self._owned.perf_events.append(perf_fd)
+        (self._owned.perf_events if owner is None else owner).append(perf_fd)
         link = attach_to_perf_event(program_fd, perf_fd)
         if link is not None:
-            self._owned.links.append(link)
+            (self._owned.links if owner is None else owner).append(link)
 
     def _attach_uprobes(self, plan: UprobePlan, mode: str) -> None:
         for group, program_fd in zip(plan.groups, self._group_programs, strict=True):
@@ -442,6 +447,7 @@ class BpfEngine:
                     return
             elif self._target_ended():
                 ending_since = now
+                self._release_trackers()
                 continue
             if now - last_yield >= self.interval:
                 last_yield = now
@@ -466,6 +472,15 @@ class BpfEngine:
 
     # -- teardown -------------------------------------------------------------------------
 
+    def _release_trackers(self) -> None:
+        """The target has ended: no child of it can be born any more. Detach the fork/exit
+        tracker now, its grace periods overlapping the last drain of the ring."""
+        owned = self._owned
+        if owned.trackers and owned.trackers_closing is None:
+            fds = list(owned.trackers)
+            owned.trackers_closing = threading.Thread(target=_close_together, args=(fds,))
+            owned.trackers_closing.start()
+
     def stats(self) -> EngineStats:
         if self._command is not None and self._command.returncode is not None:
             self._stats.command_status = self._command.returncode
@@ -483,7 +498,12 @@ class BpfEngine:
         self.stats()
         self._detached = True
         owned = self._owned
-        _close_together(owned.links + owned.perf_events)
+        if owned.trackers_closing is None:
+            _close_together(owned.links + owned.perf_events + owned.trackers)
+        else:
+            _close_together(owned.links + owned.perf_events)
+            owned.trackers_closing.join()
+        owned.trackers.clear()
         for fd in reversed(owned.programs):
             syscall.close(fd)
         for bpf_map in owned.maps:
