@@ -129,6 +129,7 @@ class RecordDecoder:
             branches += [f"            {line}" for line in body]
         if not branches:
             branches = ["        if False:", "            pass"]
+        fast = self._fast_path(namespace)
         source = "\n".join(
             [
                 "def walk(span, events):",
@@ -136,7 +137,9 @@ class RecordDecoder:
                 "    pos = 0",
                 "    end = len(span)",
                 "    discarded = 0",
+                "    view = memoryview(span)",
                 f"    while end - pos >= {RINGBUF_HEADER_SIZE + HEADER_SIZE}:",
+                *fast,
                 "        word, ts, ip, ret_ip, tid, tgid, index, cpu, raw_comm = _peek(span, pos)",
                 f"        if word & {RINGBUF_BUSY_BIT}:",
                 "            break",
@@ -154,12 +157,56 @@ class RecordDecoder:
                 "        except (IndexError, TypeError):",
                 "            _unknown(index, start)",
                 *branches,
+                "    view.release()",
                 "    return pos, discarded",
             ]
         )
         exec(compile(source + "\n", "<probescope bpf ring walk>", "exec"), namespace)
         walk: Callable[[bytes, list[Event]], tuple[int, int]] = namespace["walk"]
         return walk
+
+    def _fast_path(self, namespace: dict[str, Any]) -> list[str]:
+        """When every probe's records have one fixed layout (one argument layout, no strings),
+        runs of whole records are unpacked with `struct.iter_unpack`: one C-level loop over
+        the span instead of an unpack call per record. A record of another length (busy,
+        discarded) ends the run; the general code takes it, and the next run starts after."""
+        if len(self._branches) != 1:
+            return []
+        codes, lines, is_return, custom = self._branches[0]
+        if custom is not None or "at = start" in lines:
+            return []
+        length = HEADER_SIZE + struct.calcsize("<" + codes)
+        step = RINGBUF_HEADER_SIZE + ((length + 7) & ~7)
+        record = struct.Struct(
+            f"<I{RINGBUF_HEADER_SIZE - 4}x" + HEADER.format[1:] + codes + f"{step - 8 - length}x"
+        )
+        assert record.size == step
+        namespace["_records"] = record.iter_unpack
+        unpacked = "".join(f"v{n}, " for n in range(len(codes)))
+        ret_ip = "ret_ip" if is_return else "None"
+        body = [
+            "count = (end - pos) // " + str(step),
+            "done = 0",
+            "for (word, ts, ip, ret_ip, tid, tgid, index, cpu, raw_comm, "
+            f"{unpacked}) in _records(view[pos:pos + count * {step}]):",
+            f"    if word != {length}:",
+            "        break",
+            "    try:",
+            "        _, event_type = _routes[index]",
+            "    except (IndexError, TypeError):",
+            f"        _unknown(index, pos + done * {step})",
+            *("    " + line for line in lines.splitlines()),
+            "    comm = _comms.get(raw_comm)",
+            "    if comm is None:",
+            "        comm = _comm(raw_comm)",
+            f"    append(_new(_Event, (ts, cpu, tgid, tid, comm, event_type, ip, {ret_ip}, "
+            "args, 0, 0)))",
+            "    done += 1",
+            f"pos += done * {step}",
+            f"if end - pos < {RINGBUF_HEADER_SIZE + HEADER_SIZE}:",
+            "    break",
+        ]
+        return ["        " + line for line in body]
 
     def _comm(self, raw: bytes) -> str:
         text = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")

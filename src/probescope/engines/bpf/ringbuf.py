@@ -63,12 +63,15 @@ class RingBuffer:
         """Bytes reserved by programs and not consumed yet (committed or not)."""
         return self.producer_pos - self.consumer_pos
 
-    def span(self) -> bytes:
-        """A copy of the bytes between the consumer and the producer position."""
+    def span(self, limit: int | None = None) -> bytes:
+        """A copy of the bytes between the consumer and the producer position (at most
+        `limit` of them: the walk stops at the last whole record)."""
         consumer = self.consumer_pos
         length = self.producer_pos - consumer
         if length <= 0:
             return b""
+        if limit is not None:
+            length = min(length, limit)
         start = consumer & self.mask
         return bytes(self._data[start : start + length])
 
