@@ -117,3 +117,18 @@ def test_layouts_with_the_same_bytes_but_other_types_stay_apart() -> None:
     decoder.add(1, event_type(letter), is_return=False, layout=layout_for(letter.args))
     span = ring_record(header(0) + b"A") + ring_record(header(1) + b"A")
     assert [e.args for e in decoder.walk(span).events] == [(65,), ("A",)]
+
+
+def test_runs_of_one_layout_resume_after_a_discarded_record() -> None:
+    probe = spec("n=%di:s32")
+    decoder = RecordDecoder()
+    decoder.add(0, event_type(probe), is_return=False, layout=layout_for(probe.args))
+
+    def hit(n: int, flags: int = 0) -> bytes:
+        return ring_record(header(0, ts=n) + struct.pack("<i", n), flags)
+
+    span = b"".join(hit(n) for n in range(3)) + hit(99, DISCARD) + hit(3) + hit(4) + hit(5, BUSY)
+    walked = decoder.walk(span)
+    assert [e.args[0] for e in walked.events] == [0, 1, 2, 3, 4]
+    assert walked.discarded == 1
+    assert walked.consumed == len(span) - len(hit(5))
