@@ -65,6 +65,7 @@ bench: bench-deps venv
 	$(call apt_install,$(VM_PACKAGES))
 	$(PY) bench/bench_symbols.py
 	$(PY) bench/bench_tracefs.py
+	$(PY) bench/bench_bpf.py
 	$(PY) bench/bench_ptrace.py
 	$(PY) bench/bench_static.py
 
