@@ -31,7 +31,17 @@ _EXPORTS = {
     "open_sink": "probescope.sinks.base",
 }
 
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [
+    "EngineOptions",
+    "Event",
+    "EventBatch",
+    "EventType",
+    "ProbescopeError",
+    "Session",
+    "Summary",
+    "__version__",
+    "open_sink",
+]
 
 
 def __getattr__(name: str) -> Any:
