@@ -526,13 +526,14 @@ class BpfEngine:
 
 def _check_instruction_boundaries(probes: Sequence[ResolvedProbe]) -> None:
     """uprobe_multi accepts an offset inside an instruction and the traced program then runs
-    corrupted code. Probes resolved from a symbol's first byte or a USDT note are boundaries;
-    every other offset (a raw kernel-grammar location, `func+N`) is decoded again here."""
+    corrupted code. Probes the symbols layer checked, resolved to a symbol's first byte, or at
+    a USDT note are boundaries; every other offset (a ResolvedProbe built by hand from a raw
+    kernel-grammar spec) is decoded again here."""
     from probescope.symbols.insn import check_probe_offset
 
     errors: list[SpecError] = []
     for probe in probes:
-        if probe.kind is ProbeKind.USDT or probe.on_function_entry:
+        if probe.boundary_checked or probe.kind is ProbeKind.USDT or probe.on_function_entry:
             continue
         assert probe.path is not None and probe.offset is not None
         try:

@@ -35,6 +35,7 @@ from probescope.engines.bpf.tracepoints import TRACEPOINT_SCRATCH_SIZE, Tracepoi
 from probescope.engines.tracefs.format import EventFormat
 from probescope.errors import BpfError, SpecError, SpecErrors
 from probescope.events import EventType
+from probescope.language.event_names import first_free
 from probescope.language.model import ProbeSpec
 from probescope.language.resolved import ResolvedProbe
 
@@ -118,11 +119,7 @@ def plan_uprobes(
         key = (spec.group_name, spec.event_name)
         event_type = names.get(key)
         if event_type is None:
-            name = spec.event_name
-            serial = 1
-            while name in used:
-                name = f"{spec.event_name[:58]}_{serial}"
-                serial += 1
+            name = first_free(spec.event_name, used)
             used.add(name)
             event_type = names[key] = EventType(
                 group=spec.group_name,
