@@ -119,7 +119,7 @@ def create_engine(
             reasons.append(f"{entry.name}: {error}")
             continue
         state = engine.available()
-        refusal = _unsupported(engine, probes) if state.ok else None
+        refusal = _unsupported(engine, probes, auto=True) if state.ok else None
         if state.ok and refusal is None:
             if notes is not None and reasons:
                 notes.append("engine auto: passed over " + "; ".join(reasons))
@@ -131,6 +131,10 @@ def create_engine(
     )
 
 
-def _unsupported(engine: Engine, probes: Sequence[ResolvedProbe]) -> str | None:
+def _unsupported(
+    engine: Engine, probes: Sequence[ResolvedProbe], *, auto: bool = False
+) -> str | None:
     check = getattr(engine, "unsupported", None)
-    return None if check is None else check(probes)
+    if check is None:
+        return None
+    return check(probes, auto=True) if auto else check(probes)  # type: ignore[no-any-return]

@@ -151,8 +151,14 @@ class BpfEngine:
             return Availability(False, features.reason, features.hint)
         return Availability(True, "; ".join(features.notes))
 
-    def unsupported(self, probes: Sequence[ResolvedProbe]) -> str | None:
-        """Why these probes cannot run here (None when they can): the `auto` choice."""
+    def unsupported(self, probes: Sequence[ResolvedProbe], *, auto: bool = False) -> str | None:
+        """Why these probes cannot run here (None when they can). For `auto`, a kernel with
+        only the uprobe PMU is passed over too: it detaches about ten probes a second, and
+        before Linux 6.6 it cannot name a return probe's function."""
+        features = self.features()
+        pmu_only = features.usable and not features.uprobe_multi
+        if auto and pmu_only and any(p.kind is not ProbeKind.TRACEPOINT for p in probes):
+            return "uprobes here: the kernel has no uprobe_multi links (--engine bpf uses its PMU)"
         kinds = sorted({p.kind.value for p in probes if p.kind not in KINDS})
         if kinds:
             return f"{', '.join(kinds)} probes"
