@@ -143,9 +143,12 @@ class ProgramImage:
 # -- building blocks -----------------------------------------------------------------------------
 
 
-def emit_pid_filter(e: Emitter, pids_fd: int, drop: str) -> None:
-    """Go to `drop` unless the current process (tgid) is in the pid map."""
+def emit_pid_filter(e: Emitter, pids_fd: int, drop: str, keep: Reg | None = None) -> None:
+    """Go to `drop` unless the current process (tgid) is in the pid map; `keep` is given the
+    pid_tgid word (callee-saved register) for the header."""
     e.call(Helper.GET_CURRENT_PID_TGID)
+    if keep is not None:
+        e.emit(mov64_reg(keep, Reg.R0))
     e.emit(alu64_imm(Alu.RSH, Reg.R0, 32), stx(4, Reg.FP, KEY_SLOT, Reg.R0))
     e.emit(
         ld_map_fd(Reg.R1, pids_fd), mov64_reg(Reg.R2, Reg.FP), alu64_imm(Alu.ADD, Reg.R2, KEY_SLOT)
@@ -159,10 +162,17 @@ CLOCKS = {"mono": Helper.KTIME_GET_NS, "boot": Helper.KTIME_GET_BOOT_NS}
 
 
 def emit_header(
-    e: Emitter, regs: PtRegs, *, is_return: bool, index: int | None, clock: str = "mono"
+    e: Emitter,
+    regs: PtRegs,
+    *,
+    is_return: bool,
+    index: int | None,
+    clock: str = "mono",
+    pid_tgid: Reg | None = None,
 ) -> None:
     """Timestamp, addresses, task, probe index, cpu and comm into the record at r7.
-    `index` None: the probe index is the attach cookie."""
+    `index` None: the probe index is the attach cookie; `pid_tgid`: a register that already
+    holds bpf_get_current_pid_tgid()."""
     e.call(CLOCKS[clock])
     e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
     ip = ldx(8, Reg.R0, CTX, regs.offset(regs.instruction_pointer))
@@ -172,8 +182,11 @@ def emit_header(
         e.emit(stx(8, RECORD, OFF_IP, Reg.R0), ip, stx(8, RECORD, OFF_RET_IP, Reg.R0))
     else:
         e.emit(ip, stx(8, RECORD, OFF_IP, Reg.R0), st_imm(8, RECORD, OFF_RET_IP, 0))
-    e.call(Helper.GET_CURRENT_PID_TGID)
-    e.emit(stx(8, RECORD, OFF_PID_TGID, Reg.R0))
+    if pid_tgid is None:
+        e.call(Helper.GET_CURRENT_PID_TGID)
+        e.emit(stx(8, RECORD, OFF_PID_TGID, Reg.R0))
+    else:
+        e.emit(stx(8, RECORD, OFF_PID_TGID, pid_tgid))
     if index is None:
         e.emit(mov64_reg(Reg.R1, CTX))
         e.call(Helper.GET_ATTACH_COOKIE)
@@ -275,8 +288,10 @@ def build_record_program(
     e = Emitter()
     e.emit(mov64_reg(CTX, Reg.R1))
     maps = action.maps
+    pid_tgid = None
     if maps.pids is not None:
-        emit_pid_filter(e, maps.pids, "exit")
+        pid_tgid = Reg.R8  # free until the strings, which come after the header
+        emit_pid_filter(e, maps.pids, "exit", keep=pid_tgid)
     fc = FetchCompiler(
         e, regs, is_return=code.is_return, probe_offset=code.probe_offset, sleepable=sleepable
     )
@@ -290,7 +305,7 @@ def build_record_program(
         if action.scratch_fd is None or action.claim_offset < scratch.value_size:
             raise Unsupported("a program with strings needs a scratch map large enough")
         emit_claim_scratch(e, action.scratch_fd, action.claim_offset, "lost")
-    emit_header(e, regs, is_return=code.is_return, index=index, clock=clock)
+    emit_header(e, regs, is_return=code.is_return, index=index, clock=clock, pid_tgid=pid_tgid)
     for slot in layout.slots:
         if not slot.is_string:
             fc.store_number(slot)
