@@ -214,3 +214,20 @@ def test_text_is_the_tracefs_engines_but_for_the_flags_column(values: Path, no_a
             assert flags == {"....."}
     assert texts["bpf"] == texts["tracefs"]
     assert len(texts["bpf"]) == 15
+
+
+def test_auto_prefers_bpf_and_says_why_it_passes_it_over(values: Path) -> None:
+    spec = f"{values}:filter_probe n=arg1:s32"
+    chosen = Session([spec], command=[str(values)])
+    with chosen:
+        assert len(list(chosen.events(duration=30))) == 7
+    summary = chosen.summary()
+    assert summary.engine == "bpf"
+    assert not any(note.startswith("engine auto") for note in summary.stats.notes)  # type: ignore[union-attr]
+    fallback = Session([spec], command=[str(values)], options=EngineOptions(clock="global"))
+    with fallback:
+        assert len(list(fallback.events(duration=30))) == 7
+    summary = fallback.summary()
+    assert summary.engine == "tracefs"
+    notes = summary.stats.notes  # type: ignore[union-attr]
+    assert any("passed over bpf" in note and "'global'" in note for note in notes), notes
