@@ -87,7 +87,7 @@ DEFAULT_RING_BYTES = 32 << 20
 BATCH_BYTES = 1 << 20
 """The most of the ring decoded into one batch: bounds the memory a burst takes in Python."""
 FINAL_DRAIN_SECONDS = 1.0
-IDLE_POLL_SECONDS = 0.005
+IDLE_POLL_SECONDS = 0.02
 _TIMESTAMP = operator.itemgetter(0)
 KINDS = frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT})
 
