@@ -435,6 +435,8 @@ def report_b(rows: list[Row]) -> None:
 
 
 def part_c(options: argparse.Namespace, directory: Path) -> list[Row]:
+    from probescope.symbols.locate import locate_binary
+
     work = directory / "work.py"
     work.write_text(WORK_PY)
     python = shutil.which("python3.11") or "python3"
@@ -481,8 +483,7 @@ def part_c(options: argparse.Namespace, directory: Path) -> list[Row]:
                 "-o",
                 str(out),
                 "-e",
-                "uprobe:/lib/x86_64-linux-gnu/libsqlite3.so.0:sqlite3_* "
-                '{ printf("%s\\n", probe); }',
+                f'uprobe:{locate_binary("libsqlite3")}:sqlite3_* {{ printf("%s\\n", probe); }}',
                 "-c",
                 command,
             ],
