@@ -67,6 +67,7 @@ bench: bench-deps venv
 	$(PY) bench/bench_symbols.py
 	$(PY) bench/bench_demangle.py --install
 	$(PY) bench/bench_tracefs.py
+	$(PY) bench/bench_bpf.py
 	$(PY) bench/bench_ptrace.py
 	$(PY) bench/bench_static.py
 

@@ -196,6 +196,7 @@ class Session:
         self.hits: Counter[str] = Counter()
         self.kinds: Counter[str] = Counter()
         self.lost = 0
+        self.engine_notes: list[str] = []  # why `auto` passed engines over, for the summary
         self._started = 0.0
         self._closed = False
         self.end_reason = "end"
@@ -213,6 +214,7 @@ class Session:
             self.probes,
             options=self.options,
             kernel=self.kernel,
+            notes=self.engine_notes,
         )
         if self.handlers:
             self._register_handlers(engine)
@@ -339,6 +341,8 @@ class Session:
 
     def summary(self, reason: str = "end") -> Summary:
         stats = self.engine.stats() if self.engine is not None else None
+        if stats is not None:
+            stats.notes[:0] = [note for note in self.engine_notes if note not in stats.notes]
         lost = stats.lost if stats else self.lost
         return Summary(
             engine=self.engine.name if self.engine else self.engine_name,

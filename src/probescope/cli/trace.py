@@ -51,15 +51,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="print the definitions that would be written"
     )
     parser.add_argument(
-        "--clock", default="mono", help="tracefs trace clock (mono matches CLOCK_MONOTONIC)"
+        "--clock",
+        default="mono",
+        help="trace clock (mono = CLOCK_MONOTONIC; the bpf engine reads mono or boot)",
     )
     parser.add_argument(
-        "--buffer-size", type=int, metavar="KB", help="tracefs ring buffer size per CPU"
+        "--buffer-size",
+        type=int,
+        metavar="KB",
+        help="ring buffer size per CPU (the bpf engine's one ring: this times the CPUs)",
     )
     parser.add_argument(
         "--filter",
         metavar="EXPR",
-        help="kernel filter for every tracepoint given without its own `if ...`",
+        help="kernel filter for every tracepoint given without its own `if ...` "
+        "(the bpf engine applies it to every uprobe too, in the program)",
     )
     parser.add_argument(
         "--all",
