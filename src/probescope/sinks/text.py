@@ -436,9 +436,13 @@ def kprobe_printer(event_type: EventType, context: KernelContext) -> Printer:
 def function_printer(event_type: EventType, context: KernelContext) -> BodyTemplate | Printer:
     """`trace_fn_trace`: `func <-parent` (no event name), symbols as `%ps`; a kernel_stack
     record (func_stack_trace) as `trace_stack_print` does: `<stack trace>` then ` => caller`
-    lines up to the end of the record or ULONG_MAX."""
+    lines up to the end of the record or ULONG_MAX; a user_stack record (userstacktrace) as
+    `trace_user_stack_print` does without sym-userobj: `<user stack trace>` then
+    ` =>  <%016lx>` lines up to the first zero."""
     if event_type.name == "kernel_stack":
         return _StackLines(context)
+    if event_type.name == "user_stack":
+        return _user_stack_lines
     return BodyTemplate(
         "%s", (f"_calls[e[{_ARGS}][0], e[{_ARGS}][1]]",), {"_calls": _CallText(context)}
     )
@@ -495,6 +499,16 @@ class _StackLines:
             else:
                 lines.append(" => " + (self.symbol(address, offset=False) if address else "0"))
         return "\n".join(lines)
+
+
+def _user_stack_lines(e: Event) -> str:
+    raw = e.args[-1]
+    lines = ["<user stack trace>"]
+    for (address,) in struct.iter_unpack("<Q", raw[: len(raw) // 8 * 8]):
+        if not address:
+            break
+        lines.append(f" =>  <{address:016x}>")
+    return "\n".join(lines)
 
 
 EVENT_PRINTERS: dict[ProbeKind, PrinterFactory] = {

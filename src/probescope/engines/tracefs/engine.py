@@ -161,6 +161,11 @@ class TracefsEngine:
             )
             session = session_specs(dynamic, self.group)
             specs, self._types = session.specs, session.types
+            user_stacks = self._user_stacks(specs)
+            if user_stacks:
+                # After each event the kernel records the user stack (frame pointers): a
+                # `user_stack` record, printed `<user stack trace>` then ` =>  <address>`.
+                instance.set_option("userstacktrace", True)
             install(tracefs, specs, self._installed.events)
             self.definitions += [spec.definition() for spec in specs]
             self._decoder = session_decoder(
@@ -170,6 +175,7 @@ class TracefsEngine:
                 tracepoints,
                 functions=bool(functions),
                 function_stack=self.options.function_stack,
+                user_stacks=user_stacks,
             )
             self._tasks = TaskNames(tracefs, self._decoder)
             pids = list(target.pids)
@@ -225,6 +231,10 @@ class TracefsEngine:
         while owner.instance_name(serial) in taken:
             serial += 1
         return serial
+
+    def _user_stacks(self, specs: Sequence[ProbeSpec]) -> bool:
+        """User stacks were asked for and the session has user-space probes to take them at."""
+        return self.options.user_stack and any(spec.kind.is_user for spec in specs)
 
     # -- events ---------------------------------------------------------------------------
 

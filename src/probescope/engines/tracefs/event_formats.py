@@ -24,10 +24,12 @@ def session_decoder(
     *,
     functions: bool,
     function_stack: bool,
+    user_stacks: bool = False,
 ) -> EventDecoder:
     """A decoder of the instance's sub-buffers that knows every event the session enabled:
-    its dynamic probes (typed by their specs, carrying `types[name]`), its tracepoints and,
-    with `functions`, ftrace's function records (and kernel_stack with `function_stack`)."""
+    its dynamic probes (typed by their specs, carrying `types[name]`), its tracepoints, the
+    user_stack records `userstacktrace` adds with `user_stacks`, and, with `functions`,
+    ftrace's function records (and kernel_stack with `function_stack`)."""
     layout = SubBufferLayout.from_header_page(
         parse_header_page(instance.read("events/header_page")),
         sub_buffer_size=instance.subbuffer_size(),
@@ -44,6 +46,12 @@ def session_decoder(
         decoder.add_event(event_format, probe=spec, event_type=types[spec.event_name])
     for plan in tracepoints:
         decoder.add_event(plan.format, kind=ProbeKind.TRACEPOINT, group=plan.system)
+    if user_stacks:
+        decoder.add_event(
+            open_tail(instance, "user_stack", "caller"),
+            kind=ProbeKind.FUNCTION,
+            group="ftrace",
+        )
     if functions:
         function_format = parse_event_format(
             instance.read("events/ftrace/function/format"), system="ftrace"
