@@ -9,6 +9,7 @@ import contextlib
 import sys
 from typing import IO, Any
 
+from probescope.language.model import ProbeKind
 from probescope.record.recording import Recording
 from probescope.sinks.base import open_sink, output_format, output_formats
 
@@ -46,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
                 sink.close()
         if not args.quiet:
             print_report_summary(recording, events, lost, sys.stderr)
+            unmatched = getattr(sink, "unmatched_returns", 0)
+            if unmatched:
+                print(f"note: {unmatched} returns with no entry event dropped", file=sys.stderr)
     return 0
 
 
@@ -53,8 +57,23 @@ def sink_options(name: str, recording: Recording) -> dict[str, Any]:
     """What a format's sink takes from a recording beyond its KernelContext."""
     if name == "text":
         return {"clock": recording.clock}
-    if name in ("perfetto", "parquet"):
-        return {"recording": recording.facts}
+    if name == "perfetto":
+        from probescope.record.symbolizer import RecordedSymbols
+        from probescope.sinks.perfetto import entry_events_with_returns
+
+        facts = recording.facts
+        probes = [
+            (p["event"], ProbeKind(p["kind"]), p.get("path"), p.get("offset"))
+            for p in facts.probes
+            if p.get("event")
+        ]
+        types = recording.known_event_types()
+        return {
+            "slices": entry_events_with_returns(types, probes) if types else None,
+            "symbolize": RecordedSymbols(facts) if facts.files else None,
+        }
+    if name == "parquet":
+        return {"host": recording.host}
     return {}
 
 

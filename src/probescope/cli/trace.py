@@ -114,11 +114,29 @@ def run(args: argparse.Namespace) -> int:
         stream: IO[Any] = sys.stdout.buffer if binary else sys.stdout
         if args.output:
             stream = stack.enter_context(open(args.output, "wb" if binary else "w"))
-        sink = open_sink(args.format, stream, context=session.kernel_context())
+        sink = open_sink(
+            args.format, stream, context=session.kernel_context(), **sink_options(args, session)
+        )
         summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
         print_summary(summary, sys.stderr)
     return summary.exit_status()
+
+
+def sink_options(args: argparse.Namespace, session: Session) -> dict[str, Any]:
+    """What the chosen output takes from the session beyond its KernelContext: a Perfetto
+    trace, which entry probes a return probe ends (they become slices)."""
+    if args.format != "perfetto":
+        return {}
+    from probescope.language.model import ProbeSpec
+    from probescope.sinks.perfetto import entry_events_with_returns
+
+    places = [
+        (probe.spec.event_name, probe.kind, probe.path, probe.offset)
+        for probe in session.probes
+        if isinstance(probe.spec, ProbeSpec)
+    ]
+    return {"slices": entry_events_with_returns((), places)}
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:

@@ -114,6 +114,7 @@ def probe_facts(probes: Iterable[ResolvedProbe]) -> list[dict[str, object]]:
     """The session's probes as the facts keep them."""
     return [
         {
+            "event": probe.spec.event_name if isinstance(probe.spec, ProbeSpec) else None,
             "definition": probe.spec.definition()
             if isinstance(probe.spec, ProbeSpec)
             else str(probe.spec),

@@ -22,7 +22,7 @@ from probescope.record.offline_context import (
     parse_recorded_format,
     recording_context,
 )
-from probescope.record.tracedat import OPTION_PROBESCOPE, TraceBuffer, TraceDat
+from probescope.record.tracedat import OPTION_PROBESCOPE, OPTION_UNAME, TraceBuffer, TraceDat
 from probescope.traceevent.context import KernelContext
 from probescope.traceevent.decoder import EventDecoder
 from probescope.traceevent.format import EventFormat
@@ -189,6 +189,19 @@ class Recording:
                 f"cpu {cpu.cpu}: the data ends with {len(carry)} bytes, not a whole "
                 f"{layout.size}-byte sub-buffer"
             )
+
+    def known_event_types(self) -> list[EventType]:
+        """The event types the file describes before any record is read: a probescope file's
+        (its facts), else none (a trace-cmd file's are learned as records show up)."""
+        if not self._descriptions:
+            return []
+        return list(self.decoder(self.dat.page_size).event_types.values())
+
+    @property
+    def host(self) -> str:
+        """The recording machine's host name (trace-cmd's UNAME option), or empty."""
+        words = (self.dat.option_text(OPTION_UNAME) or "").split()
+        return words[1] if len(words) > 1 else ""
 
     def events_total(self) -> int:
         """How many events the file holds (decodes it all)."""
