@@ -51,10 +51,7 @@ def recording_context(
     values["formats"] = formats
     values["refused_formats"] = refused
     if dat.kallsyms.strip():
-        try:
-            values["symbols"] = KernelSymbols(io.BytesIO(dat.kallsyms))
-        except RingBufferFormatError:
-            values["refused_formats"] = {**refused, "kallsyms": "kallsyms do not parse"}
+        values["symbols"] = RecordedKernelSymbols(dat.kallsyms)
     if dat.printk_formats.strip():
         values["strings"] = parse_printk_formats(_text(dat.printk_formats))
     comms = parse_saved_cmdlines(dat.saved_cmdlines)
@@ -81,6 +78,20 @@ def format_texts(dat: TraceDat) -> dict[int, tuple[str, bytes]]:
         if match:
             texts.setdefault(int(match.group(1)), (system, text))
     return texts
+
+
+class RecordedKernelSymbols(KernelSymbols):
+    """A recording's kallsyms, parsed on first use: a trace-cmd file carries them whatever it
+    recorded, and most reports (uprobes, tracepoints without `%pS`) never look one up."""
+
+    def __init__(self, data: bytes) -> None:
+        self._text = data
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_text":
+            raise AttributeError(name)
+        KernelSymbols.__init__(self, io.BytesIO(self._text))
+        return getattr(self, name)
 
 
 def recording_formats(
