@@ -50,6 +50,13 @@ ENGINES: tuple[EngineEntry, ...] = (
         frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE}),
         "uprobes re-implemented in user space with ptrace (no root needed)",
     ),
+    EngineEntry(
+        "fentry",
+        "probescope.engines.fentry.engine",
+        "FentryEngine",
+        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.FUNCTION}),
+        "function entries and returns patched into jumps, no trap per hit (processes only)",
+    ),
 )
 BY_NAME = {entry.name: entry for entry in ENGINES}
 ENGINE_CHOICES = ("auto", *BY_NAME)

@@ -460,6 +460,9 @@ def function_printer(event_type: EventType) -> BodyTemplate | Printer:
     lines up to the end of the record or ULONG_MAX."""
     if event_type.name == "kernel_stack":
         return _stack_lines
+    user_calls = getattr(event_type.format, "call_text", None)
+    if user_calls is not None:  # the user-space function tracer: the program's own symbols
+        return user_calls  # type: ignore[no-any-return]
     return BodyTemplate("%s", ("_calls[e[8][0], e[8][1]]",), {"_calls": _CallText()})
 
 

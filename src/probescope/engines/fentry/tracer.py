@@ -1,0 +1,580 @@
+"""The fentry tracer: sets processes up, then serves them from a background thread.
+
+Nothing here runs per hit. `spawn()` (a command, held at its exec stop) and `attach()` (a
+running process) do one transaction each on the caller's thread: stop every thread, clean up
+what a killed earlier run left, inject the ring, the thread state and the code areas, patch,
+detach. The service thread then:
+- answers handshakes: at a dlopen it stops the process, patches the new libraries and
+  acknowledges; at an exec it follows the calling thread through the exec (PTRACE_SYSCALL
+  until the exec event, or until execve fails) and sets the new image up at its exec stop;
+- watches the processes: exits (the command's status), fork children (they keep their parent's
+  patched copy and write into the same ring; noticed from their records or /proc), and execs
+  that bypassed libc's wrappers (the areas vanished: set up again late, with a note);
+- on detach, restores every process (restore.py) and stops serving.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from probescope.engines.fentry import restore as restoring
+from probescope.engines.fentry import safety
+from probescope.engines.fentry.area import F_DLOPEN, F_EXEC, MAGIC, Owner
+from probescope.engines.fentry.catalog import Catalog
+from probescope.engines.fentry.image import Family, Image, Installer
+from probescope.engines.fentry.inject import owner_of_this_process, process_start_time
+from probescope.engines.fentry.ring import Request
+from probescope.engines.fentry.world import EXEC_OPTIONS, ProcessGone, StoppedProcess
+from probescope.engines.ptrace import procfs, spawn, syscalls
+from probescope.errors import PtraceError
+
+_RETRIES = 50
+_CHECK_INTERVAL = 0.05
+_EXEC_WAIT = 10.0
+_SYSCALL_STOP = 0x80 | signal.SIGTRAP
+_SYS_EXECVE, _SYS_EXECVEAT = 59, 322
+_ESRCH = 3
+
+
+@dataclass
+class TracerOptions:
+    ring_records: int = 1 << 17
+    follow_children: bool = True
+
+
+@dataclass
+class TracerCounters:
+    transactions: int = 0
+    dlopen_handshakes: int = 0
+    exec_handshakes: int = 0
+    late_execs: int = 0
+    forks: int = 0
+    retries: int = 0
+    restored_sites: int = 0
+    restored_returns: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class FentryTracer:
+    def __init__(self, catalog: Catalog, options: TracerOptions) -> None:
+        self.catalog = catalog
+        self.options = options
+        self.owner: Owner = owner_of_this_process()
+        self.counters = TracerCounters()
+        self.notes = self.counters.notes
+        self.installer = Installer(catalog, self.owner, options.ring_records, self.notes)
+        self.images: dict[int, Image] = {}
+        self.families: list[Family] = []
+        self.unfollowed: set[int] = set()
+        self.lock = threading.RLock()
+        self.root_pid: int | None = None
+        self.root_status: int | None = None
+        self.spawned = False
+        self.stop_requested = threading.Event()
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+        self._seen_pids: set[int] = set()
+        self._thread: threading.Thread | None = None
+        self.detached = False
+
+    # =========================================================================================
+    # Getting hold of processes (caller's thread)
+
+    def spawn(self, argv: Sequence[str]) -> int:
+        child = spawn.fork_held(argv)
+        try:
+            syscalls.seize(child.pid, syscalls.PTRACE_O_TRACEEXEC)
+        except PtraceError:
+            os.kill(child.pid, signal.SIGKILL)
+            os.waitpid(child.pid, 0)
+            child.close()
+            raise
+        child.release()
+        while True:
+            _, status = os.waitpid(child.pid, syscalls.WALL)
+            if not syscalls.stopped(status):
+                error = child.exec_error()
+                raise PtraceError(
+                    f"cannot start {argv[0]!r}: {error or syscalls.describe_status(status)}"
+                )
+            if syscalls.stop_event(status) == syscalls.PTRACE_EVENT_EXEC:
+                break
+            sig = syscalls.stop_signal(status)
+            syscalls.cont(child.pid, 0 if sig == signal.SIGTRAP else sig)
+        child.exec_error()
+        self.root_pid = child.pid
+        self.spawned = True
+        image = Image(child.pid)
+        self._install(child.pid, image, seized={child.pid: status})
+        return child.pid
+
+    def attach(self, pid: int) -> None:
+        if not os.path.exists(f"/proc/{pid}"):
+            raise PtraceError(f"no process with pid {pid}")
+        tracer = procfs.tracer_of(pid)
+        if tracer:
+            raise PtraceError(
+                f"process {pid} is already traced by process {tracer}",
+                hint="a process can have one tracer: detach gdb/strace/ltrace first",
+            )
+        if (procfs.thread_group(pid) or pid) != pid:
+            raise PtraceError(f"{pid} is a thread of process {procfs.thread_group(pid)}")
+        problem = safety.process_problem(pid)
+        if problem is not None:
+            raise PtraceError(f"process {pid}: {problem}", hint="use --engine ptrace or tracefs")
+        if self.root_pid is None:
+            self.root_pid = pid
+        self._install(pid, Image(pid), clean=True)
+
+    # =========================================================================================
+    # Installing (any thread, one transaction at a time)
+
+    def _install(
+        self,
+        pid: int,
+        image: Image,
+        *,
+        seized: dict[int, int] | None = None,
+        clean: bool = False,
+        before_release: Callable[[StoppedProcess], None] | None = None,
+    ) -> None:
+        blocked: list[int] = []
+        for attempt in range(_RETRIES):
+            world = StoppedProcess(pid).stop(seized if attempt == 0 else None)
+            self.counters.transactions += 1
+            try:
+                if attempt == 0:
+                    if clean:
+                        self._clean_leftovers(world)
+                    image.return_refusal = image.return_refusal or safety.return_problem(world)
+                blocked = self.installer.install(world, image)
+                if image.family is not None:
+                    with self.lock:
+                        if image.family not in self.families:
+                            self.families.append(image.family)
+                        image.family.pids.add(pid)
+                        self.images[pid] = image
+                if before_release is not None and not blocked:
+                    before_release(world)
+            finally:
+                world.release()
+            if not blocked:
+                return
+            self.counters.retries += 1
+            time.sleep(0.001)
+        if before_release is not None:
+            with StoppedProcess(pid).stop() as world:
+                before_release(world)
+        self.notes.append(
+            f"process {pid}: {len(blocked)} sites not patched (a thread kept running inside "
+            "their first bytes)"
+        )
+
+    def _clean_leftovers(self, world: StoppedProcess) -> None:
+        """Restore what a dead earlier probescope left; refuse a process a live one serves."""
+        for area in restoring.find_areas(world):
+            owner, start = area.header["owner_pid"], area.header["start_time"]
+            if owner == self.owner.pid and start == self.owner.start_time:
+                continue
+            if owner and process_start_time(owner) == start:
+                raise PtraceError(
+                    f"process {world.pid} is traced by another probescope (pid {owner})",
+                    hint=f"stop that session first, or `probescope cleanup -p {world.pid}` "
+                    "once it is gone",
+                )
+        report = restoring.restore(
+            world, self.installer.injector, lambda header: not _owned_by(header, self.owner)
+        )
+        if report.sites or report.returns:
+            self.notes.append(
+                f"process {world.pid}: restored {report.sites} sites and {report.returns} "
+                "return addresses left by a probescope that was killed"
+            )
+
+    # =========================================================================================
+    # The service thread
+
+    def start(self) -> None:
+        thread = threading.Thread(target=self._run, name="probescope-fentry", daemon=True)
+        self._thread = thread
+        thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as error:  # reported by the engine's events()
+            self.error = error
+            try:
+                self._detach_all()
+            except BaseException:
+                pass
+        finally:
+            self.finished.set()
+
+    def _serve(self) -> None:
+        last_check = 0.0
+        while not self.stop_requested.is_set():
+            served = self._serve_requests()
+            now = time.monotonic()
+            if now - last_check >= _CHECK_INTERVAL:
+                last_check = now
+                self._check_processes()
+                if self._all_gone():
+                    break
+            if not served:
+                time.sleep(0.001)
+        self._detach_all()
+
+    def saw_pid(self, pid: int) -> None:
+        """A record came from `pid` (called by the reader)."""
+        self._seen_pids.add(pid)
+
+    # -- handshakes --------------------------------------------------------------------------
+
+    def _serve_requests(self) -> bool:
+        served = False
+        with self.lock:
+            families = list(self.families)
+        for family in families:
+            request = family.ring.pending_request()
+            if request is None:
+                continue
+            served = True
+            if not os.path.exists(f"/proc/{request.tid}"):
+                family.ring.break_lock(request.tid)
+                family.ring.acknowledge(request)
+                continue
+            try:
+                if request.kind & F_EXEC:
+                    self.counters.exec_handshakes += 1
+                    self._follow_exec(family, request)
+                elif request.kind & F_DLOPEN:
+                    self.counters.dlopen_handshakes += 1
+                    self._serve_dlopen(family, request)
+                else:
+                    family.ring.acknowledge(request)
+            except ProcessGone:
+                family.ring.acknowledge(request)
+        return served
+
+    def _image_for(self, pid: int, family: Family) -> Image:
+        """The image of `pid`; a fork child we had not seen gets a copy of its family's."""
+        with self.lock:
+            image = self.images.get(pid)
+            if image is not None:
+                return image
+            parent = next((self.images[p] for p in family.pids if p in self.images), None)
+            image = parent.fork_copy(pid) if parent is not None else Image(pid, family)
+            self.images[pid] = image
+            family.pids.add(pid)
+            self.counters.forks += 1
+            return image
+
+    def _serve_dlopen(self, family: Family, request: Request) -> None:
+        image = self._image_for(request.pid, family)
+        self._install(
+            request.pid, image, before_release=lambda world: family.ring.acknowledge(request)
+        )
+
+    def _follow_exec(self, family: Family, request: Request) -> None:
+        """Stop the process, let the thread that asked run on under PTRACE_SYSCALL, and set
+        the new image up at its exec stop (or let everything go if execve fails)."""
+        pid = request.pid
+        world = StoppedProcess(pid, EXEC_OPTIONS).stop()
+        self.counters.transactions += 1
+        requester = world.threads.get(request.tid)
+        family.ring.acknowledge(request)
+        if requester is None:
+            world.release()
+            return
+        try:
+            for thread in world.threads.values():
+                if thread is requester:
+                    syscalls.ptrace(0x18, thread.tid, 0, thread.pending_signal)  # PTRACE_SYSCALL
+                elif not thread.group_stop:
+                    syscalls.cont(thread.tid, thread.pending_signal)
+                else:
+                    syscalls.listen(thread.tid)
+                thread.pending_signal = 0
+                thread.running = True
+        except PtraceError:
+            world.release()
+            raise
+        self._await_exec(world, requester.tid)
+
+    def _await_exec(self, world: StoppedProcess, tid: int) -> None:
+        deadline = time.monotonic() + _EXEC_WAIT
+        in_exec_call = False
+        while time.monotonic() < deadline:
+            got = _wait_any(world)
+            if got is None:
+                time.sleep(0.0005)
+                continue
+            who, status = got
+            thread = world.threads.get(who)
+            if not syscalls.stopped(status):
+                world.threads.pop(who, None)
+                if who == tid or not world.threads:
+                    world.release()
+                    return
+                continue
+            if thread is None:
+                continue
+            event = syscalls.stop_event(status)
+            sig = syscalls.stop_signal(status)
+            if event == syscalls.PTRACE_EVENT_EXEC:
+                self._exec_happened(world, who, status)
+                return
+            if who == tid and status >> 8 == _SYSCALL_STOP:
+                thread.regset.fetch(who)
+                number = int(thread.regs.orig_rax)
+                if number in (_SYS_EXECVE, _SYS_EXECVEAT):
+                    if in_exec_call:  # the exit of a failed execve
+                        world.release()
+                        return
+                    in_exec_call = True
+                syscalls.ptrace(0x18, who, 0, 0)
+                continue
+            resume_signal = sig if event == 0 and sig != signal.SIGTRAP else 0
+            try:
+                if event == syscalls.PTRACE_EVENT_STOP and sig in (
+                    signal.SIGSTOP,
+                    signal.SIGTSTP,
+                    signal.SIGTTIN,
+                    signal.SIGTTOU,
+                ):
+                    syscalls.listen(who)
+                elif who == tid:
+                    syscalls.ptrace(0x18, who, 0, resume_signal)
+                else:
+                    syscalls.cont(who, resume_signal)
+            except PtraceError as error:
+                if syscalls.ptrace_errno(error) != _ESRCH:
+                    raise
+        self.notes.append(f"process {world.pid}: an announced exec did not happen in time")
+        _stop_and_release(world)
+
+    def _exec_happened(self, world: StoppedProcess, who: int, status: int) -> None:
+        """The process completed an exec: set its new image up while its only thread is still
+        held at the exec stop (it reports with tid == tgid), before any of it runs."""
+        pid = world.pid
+        with self.lock:
+            old = self.images.pop(pid, None)
+            if old is not None and old.family is not None:
+                old.family.pids.discard(pid)
+        if pid in self.unfollowed or (not self.options.follow_children and pid != self.root_pid):
+            world.release()
+            return
+        # hand the held thread over to a new transaction (the old one held the old mm)
+        world.threads = {}
+        world.release()
+        self._install(pid, Image(pid), seized={pid: status})
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def _check_processes(self) -> None:
+        if self.spawned and self.root_pid is not None and self.root_status is None:
+            try:
+                got, status = os.waitpid(self.root_pid, os.WNOHANG)
+            except ChildProcessError:
+                got, status = self.root_pid, 0
+            if got:
+                self.root_status = status
+        with self.lock:
+            known = dict(self.images)
+        for pid, image in known.items():
+            if not _alive(pid):
+                with self.lock:
+                    self.images.pop(pid, None)
+                continue
+            if image.areas and not _has_magic(pid, image.areas[0].start):
+                # the areas are gone while the process lives: an exec libc did not announce
+                with self.lock:
+                    self.images.pop(pid, None)
+                self.counters.late_execs += 1
+                self.notes.append(
+                    f"process {pid} exec'd without libc's execve: probes armed late there"
+                )
+                try:
+                    self._install(pid, Image(pid))
+                except (ProcessGone, PtraceError):
+                    pass
+        self._adopt_children(known)
+
+    def _adopt_children(self, known: dict[int, Image]) -> None:
+        candidates = set(self._seen_pids)
+        self._seen_pids.clear()
+        for pid in known:
+            candidates |= _children(pid)
+        for pid in candidates:
+            if pid in known or pid in self.unfollowed or not _alive(pid):
+                continue
+            family = self._family_of(pid)
+            if family is None:
+                continue
+            if not self.options.follow_children:
+                self.unfollowed.add(pid)
+                self._release_child(pid)
+                continue
+            self._image_for(pid, family)
+
+    def _family_of(self, pid: int) -> Family | None:
+        try:
+            maps = procfs.read_maps(pid)
+        except OSError:
+            return None
+        with self.lock:
+            for family in self.families:
+                if any(family.ring.name in m.path for m in maps):
+                    return family
+        return None
+
+    def _release_child(self, pid: int) -> None:
+        try:
+            with StoppedProcess(pid).stop() as world:
+                restoring.restore(
+                    world, self.installer.injector, lambda header: _owned_by(header, self.owner)
+                )
+        except (ProcessGone, PtraceError):
+            pass
+
+    def _all_gone(self) -> bool:
+        if self.spawned and self.root_status is None:
+            return False
+        with self.lock:
+            return not any(_alive(pid) for pid in self.images)
+
+    # =========================================================================================
+    # Detach
+
+    def detach(self, timeout: float = 30.0) -> None:
+        """Restore every process and stop the service thread."""
+        self.stop_requested.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        elif thread is None and not self.detached:
+            self._detach_all()
+
+    def _detach_all(self) -> None:
+        if self.detached:
+            return
+        self.detached = True
+        with self.lock:
+            pids = set(self.images)
+            families = list(self.families)
+        pids |= _processes_mapping([f.ring.name for f in families])
+        for family in families:
+            family.ring.stop_serving()
+        for pid in sorted(pids):
+            if not _alive(pid):
+                continue
+            try:
+                with StoppedProcess(pid).stop() as world:
+                    self.counters.transactions += 1
+                    report = restoring.restore(
+                        world, self.installer.injector, lambda h: _owned_by(h, self.owner)
+                    )
+                    self.counters.restored_sites += report.sites
+                    self.counters.restored_returns += report.returns
+                    self.notes.extend(report.notes)
+                    if report.kept_because:
+                        self.notes.append(
+                            f"process {pid}: code areas left mapped: {report.kept_because}"
+                        )
+            except (ProcessGone, PtraceError) as error:
+                if _alive(pid):
+                    self.notes.append(f"process {pid}: not restored: {error}")
+        if self.spawned and self.root_pid is not None and self.root_status is None:
+            try:
+                got, status = os.waitpid(self.root_pid, os.WNOHANG)
+                if got:
+                    self.root_status = status
+            except ChildProcessError:
+                pass
+
+
+def _owned_by(header: dict[str, int], owner: Owner) -> bool:
+    return header["owner_pid"] == owner.pid and header["start_time"] == owner.start_time
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    state = data[data.rfind(b")") + 2 : data.rfind(b")") + 3]
+    return state not in (b"Z", b"X")
+
+
+def _has_magic(pid: int, address: int) -> bool:
+    reader = syscalls.RemoteReader(64)
+    data = reader.read(pid, address, len(MAGIC))
+    return data == MAGIC or not _alive(pid)
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for tid in procfs.thread_ids(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.update(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _processes_mapping(names: list[str]) -> set[int]:
+    """Every process that maps one of our rings (fork children we may never have seen)."""
+    if not names:
+        return set()
+    found = set()
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or entry == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/maps") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if any(name in text for name in names):
+            found.add(int(entry))
+    return found
+
+
+def _wait_any(world: StoppedProcess) -> tuple[int, int] | None:
+    for tid in list(world.threads):
+        try:
+            got, status = os.waitpid(tid, os.WNOHANG | syscalls.WALL)
+        except ChildProcessError:
+            world.threads.pop(tid, None)
+            continue
+        if got:
+            return got, status
+    if not world.threads:
+        return (world.pid, 0)
+    return None
+
+
+def _stop_and_release(world: StoppedProcess) -> None:
+    for thread in world.threads.values():
+        try:
+            syscalls.interrupt(thread.tid)
+        except PtraceError:
+            pass
+    deadline = time.monotonic() + 1.0
+    pending = set(world.threads)
+    while pending and time.monotonic() < deadline:
+        got = _wait_any(world)
+        if got is None:
+            time.sleep(0.0005)
+            continue
+        pending.discard(got[0])
+    world.release()
