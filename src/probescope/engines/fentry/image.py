@@ -153,6 +153,7 @@ class Installer:
         interpreter_base = procfs.read_auxv(pid).get(procfs.AT_BASE, 0) if _alive(pid) else 0
         if image.rdebug == 0:
             image.rdebug = _rdebug(pid, mappings)
+        _forget_unmapped(image, mappings)
         wanted: dict[int, _Wanted] = {}
         for mapping in mappings:
             if not mapping.executable or not mapping.inode or not mapping.path.startswith("/"):
@@ -296,6 +297,19 @@ class Installer:
     def _owner_for(self, image: Image) -> Owner:
         visible = injecting.visible_pid(self.owner.pid, image.pid)
         return Owner(visible, self.owner.pid, self.owner.start_time)
+
+
+def _forget_unmapped(image: Image, mappings: list[procfs.Mapping]) -> None:
+    """Sites whose library went away (dlclose): a later load there gets patched anew."""
+    for address, site in list(image.placed.items()):
+        mapping = next((m for m in mappings if m.start <= address < m.end), None)
+        if mapping is None or mapping.address_of(site.plan.patch_offset) != address or (
+            not mapping.executable
+        ):
+            del image.placed[address]
+    for address in list(image.refused):
+        if not any(m.start <= address < m.end and m.executable for m in mappings):
+            image.refused.discard(address)
 
 
 def _group_flags(group: Group, image: Image) -> int:
