@@ -1,7 +1,8 @@
 """Cross-engine differential tests: the same specs on the same programs give the same events on
-`--engine ptrace` and `--engine tracefs` (address randomization is off in both runs, so even the
-addresses agree; timestamps, cpu and process ids aside), and the program's own output and exit
-status are the same with either engine and without probescope."""
+`--engine ptrace`, `--engine tracefs` and — wherever it takes every probe — `--engine fentry`
+(address randomization is off in every run, so even the addresses agree; timestamps, cpu and
+process ids aside), and the program's own output and exit status are the same with any engine
+and without probescope."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from probescope.engines.fentry.engine import FentryEngine
 from probescope.events import Event
 from probescope.session import Session
 from probescope.symbols.table import SymbolTable
@@ -58,15 +60,26 @@ def by_process(events: list[Event]) -> list[list[Key]]:
     return sorted(threads.values())
 
 
+def engines_for(specs: list[str]) -> list[str]:
+    """tracefs and ptrace always; fentry when it takes every probe (function entries and
+    returns whose arguments need no memory reads) and can run here."""
+    engine = FentryEngine()
+    if not engine.available().ok:
+        return ["tracefs", "ptrace"]
+    probes = Session(specs).probes
+    return ["tracefs", "ptrace"] + ([] if engine.refusals(probes) else ["fentry"])
+
+
 def agree(specs: list[str], argv: list[str], check: Callable[[list[Event]], None]) -> None:
     plain = subprocess.run([*no_aslr(), *argv], capture_output=True, text=True, timeout=60)
     results = {}
-    for engine in ("tracefs", "ptrace"):
+    for engine in engines_for(specs):
         events, status = run(engine, specs, argv)
         check(events)
         results[engine] = (by_process(events), status)
-    assert results["ptrace"][0] == results["tracefs"][0]
-    assert results["ptrace"][1] == results["tracefs"][1] == plain.returncode
+    for engine, (events, status) in results.items():
+        assert events == results["tracefs"][0], engine
+        assert status == results["tracefs"][1] == plain.returncode, engine
 
 
 def site(binary: Path, label: str) -> str:
@@ -181,6 +194,8 @@ def test_cpp_exceptions_beside_return_probes() -> None:
     ],
 )
 def test_instruction_class_sites(label: str) -> None:
+    """Instructions inside functions: fentry refuses them (it patches entries), the others
+    agree."""
     binary = build("sites.c")
     spec = f"p:cross/{label} {site(binary, label)} ax=%ax di=%di sp8=+0(%sp):x64"
     agree([spec], [str(binary)], lambda events: assert_some(events, label, 1))
