@@ -28,6 +28,8 @@ from probescope.engines.fentry.relocate import (
     Refused,
     classify,
     decode_all,
+    flags_read,
+    flags_written,
 )
 from probescope.symbols.entry_sites import EntrySites
 from probescope.symbols.function import FunctionSymbol
@@ -92,6 +94,7 @@ def _plan_detour(
     head = body[start - function.offset :]
     displaced: list[Displaced] = []
     covered = 0
+    flags_set: set[str] = set()
     for insn in decode_all(head[: JMP_SIZE + 15], head_vaddr):
         if covered >= JMP_SIZE:
             break
@@ -99,6 +102,13 @@ def _plan_detour(
             item = classify(insn, head_vaddr, allow_calls=hook)
         except Refused as why:
             raise Refused(f"{name}: {why}") from None
+        unset = flags_read(insn) - flags_set
+        if unset:
+            raise Refused(
+                f"{name}: '{item.text}' at +{item.offset:#x} reads the incoming "
+                f"{'/'.join(sorted(unset))} flags, which the stub does not preserve"
+            )
+        flags_set |= flags_written(insn)
         if displaced and displaced[-1].kind == RETURN:
             raise Refused(f"{name}: a ret inside the first {JMP_SIZE} bytes")
         displaced.append(item)

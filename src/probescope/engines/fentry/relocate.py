@@ -6,8 +6,9 @@ classified; at placement it is re-encoded for the stub's address: RIP-relative o
 `disp + (original - new)`, `jmp`/`jcc` (rel8 or rel32) become rel32 forms aimed at the same
 target, everything else is copied. What cannot move is refused with the reason: calls (the
 return address would point into the stub), `loop`/`jrcxz`, indirect jumps, interrupts, and
-instructions that read the flags (the stub does not preserve them). A `ret` may be displaced
-only as the function's last instruction.
+instructions that read flags no earlier displaced instruction set (the stub does not preserve
+the flags; plan.py checks that). A `ret` may be displaced only as the function's last
+instruction.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ _DISASSEMBLER.detail = True
 
 JMP_SIZE = 5
 ENDBR64 = b"\xf3\x0f\x1e\xfa"
-_FLAG_READS = (
-    x86_const.X86_EFLAGS_TEST_OF
-    | x86_const.X86_EFLAGS_TEST_SF
-    | x86_const.X86_EFLAGS_TEST_ZF
-    | x86_const.X86_EFLAGS_TEST_PF
-    | x86_const.X86_EFLAGS_TEST_CF
-    | x86_const.X86_EFLAGS_TEST_AF
-)
+_FLAGS = ("OF", "SF", "ZF", "PF", "CF", "AF")
+_FLAG_TESTS = {flag: getattr(x86_const, f"X86_EFLAGS_TEST_{flag}") for flag in _FLAGS}
+_FLAG_WRITES = {
+    flag: getattr(x86_const, f"X86_EFLAGS_MODIFY_{flag}")
+    | getattr(x86_const, f"X86_EFLAGS_SET_{flag}")
+    | getattr(x86_const, f"X86_EFLAGS_RESET_{flag}")
+    | getattr(x86_const, f"X86_EFLAGS_UNDEFINED_{flag}")
+    for flag in _FLAGS
+}
 
 _BRANCH_PREFIXES = frozenset({0x2E, 0x3E, 0xF2, 0xF3})
 
@@ -61,6 +63,15 @@ class Displaced(NamedTuple):
 def decode_all(code: bytes, address: int) -> list[Any]:
     """Capstone instructions (detail mode) of `code` at `address`, until undecodable bytes."""
     return list(_DISASSEMBLER.disasm(code, address))
+
+
+def flags_read(insn: Any) -> set[str]:
+    """The arithmetic flags `insn` reads (capstone's EFLAGS detail)."""
+    return {flag for flag, bit in _FLAG_TESTS.items() if insn.eflags & bit}
+
+
+def flags_written(insn: Any) -> set[str]:
+    return {flag for flag, bit in _FLAG_WRITES.items() if insn.eflags & bit}
 
 
 def classify(insn: Any, patch_start: int, *, allow_calls: bool = False) -> Displaced:
@@ -112,8 +123,6 @@ def classify(insn: Any, patch_start: int, *, allow_calls: bool = False) -> Displ
         else:
             raise Refused(f"'{text}' at +{offset:#x}: unexpected branch encoding {raw.hex()}")
         return Displaced(offset, raw, text, CONDITIONAL, condition=condition, rel=rel)
-    if insn.eflags & _FLAG_READS:
-        raise Refused(f"'{text}' at +{offset:#x} reads the flags, which the stub does not preserve")
     if insn.disp_size == 4 and _rip_relative(insn):
         return Displaced(offset, raw, text, RIP_RELATIVE, disp_offset=insn.disp_offset)
     if insn.id in (x86_const.X86_INS_SYSENTER, x86_const.X86_INS_SYSEXIT):
