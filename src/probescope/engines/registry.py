@@ -52,8 +52,8 @@ ENGINES: tuple[EngineEntry, ...] = (
     ),
     EngineEntry(
         "fentry",
-        "probescope.engines.fentry.engine",
-        "FentryEngine",
+        "probescope.engines.fentry.fallback",
+        "FallbackEngine",
         frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.FUNCTION}),
         "function entries and returns patched into jumps, no trap per hit (processes only)",
     ),

@@ -159,6 +159,28 @@ def build_catalog(
         place = owners.pop(probe, None)
         if place is not None:
             refused_functions.setdefault(place, reason)
+    # a refused probe inside the bytes a jump would replace takes that function along
+    for probe, reason in list(catalog.refusals.items()):
+        if probe.path is None or probe.offset is None:
+            continue
+        try:
+            key: FileKey = (
+                *_dev(facts(probe.path).identity.device),
+                facts(probe.path).identity.inode,
+            )
+        except ProbescopeError:
+            continue
+        for (group_key, function_offset), group in planned.items():
+            plan = group.plan
+            if (
+                group_key == key
+                and plan.patch_offset <= probe.offset < plan.patch_offset + plan.length
+            ):
+                refused_functions.setdefault(
+                    (group_key, function_offset),
+                    f"{probe.label} falls back ({reason}) and lies in the {plan.length} bytes "
+                    f"the jump at {plan.function} would replace",
+                )
     for probe, place in owners.items():
         if place in refused_functions and probe not in catalog.refusals:
             group = planned[place]

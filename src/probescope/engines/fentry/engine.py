@@ -12,7 +12,7 @@ import atexit
 import platform
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from probescope.engines.base import Availability, EngineStats, Target
 from probescope.engines.fentry import safety
@@ -81,7 +81,15 @@ class FentryEngine:
     def _plan(self, probes: Sequence[ResolvedProbe], pid: int | None) -> Catalog:
         return build_catalog(probes, pid=pid, call_type=function_event_type(UserCallText()))
 
-    def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
+    def attach(
+        self,
+        probes: Sequence[ResolvedProbe],
+        target: Target,
+        *,
+        on_spawn: Callable[[int], None] | None = None,
+    ) -> None:
+        """Set the target up. `on_spawn(pid)` runs while a command's child is held before its
+        exec (another engine can attach to it there without missing an event)."""
         if self._tracer is not None:
             raise PtraceError("this engine is already attached; use a new FentryEngine")
         if target.system_wide:
@@ -114,7 +122,7 @@ class FentryEngine:
         _register_atexit(self)
         try:
             if target.command is not None:
-                self._pids.append(tracer.spawn(target.command))
+                self._pids.append(tracer.spawn(target.command, on_spawn))
             for pid in target.pids:
                 tracer.attach(pid)
                 self._pids.append(pid)

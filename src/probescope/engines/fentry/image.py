@@ -303,8 +303,10 @@ def _forget_unmapped(image: Image, mappings: list[procfs.Mapping]) -> None:
     """Sites whose library went away (dlclose): a later load there gets patched anew."""
     for address, site in list(image.placed.items()):
         mapping = next((m for m in mappings if m.start <= address < m.end), None)
-        if mapping is None or mapping.address_of(site.plan.patch_offset) != address or (
-            not mapping.executable
+        if (
+            mapping is None
+            or mapping.address_of(site.plan.patch_offset) != address
+            or (not mapping.executable)
         ):
             del image.placed[address]
     for address in list(image.refused):

@@ -85,11 +85,13 @@ class FentryTracer:
     # =========================================================================================
     # Getting hold of processes (caller's thread)
 
-    def spawn(self, argv: Sequence[str]) -> int:
+    def spawn(self, argv: Sequence[str], on_spawn: Callable[[int], None] | None = None) -> int:
         child = spawn.fork_held(argv)
         try:
             syscalls.seize(child.pid, syscalls.PTRACE_O_TRACEEXEC)
-        except PtraceError:
+            if on_spawn is not None:
+                on_spawn(child.pid)
+        except BaseException:
             os.kill(child.pid, signal.SIGKILL)
             os.waitpid(child.pid, 0)
             child.close()
