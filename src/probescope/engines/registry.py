@@ -62,6 +62,12 @@ BY_NAME = {entry.name: entry for entry in ENGINES}
 ENGINE_CHOICES = ("auto", *BY_NAME)
 
 
+def _user_function_tracer(probes: Sequence[ResolvedProbe]) -> bool:
+    from probescope.engines.fentry.catalog import user_function_pattern
+
+    return any(user_function_pattern(probe.spec) is not None for probe in probes)
+
+
 def availability(entry: EngineEntry) -> Availability:
     try:
         engine = entry.load()()
@@ -73,6 +79,8 @@ def availability(entry: EngineEntry) -> Availability:
 def create_engine(name: str, probes: Sequence[ResolvedProbe] = ()) -> Engine:
     """The engine `name`, or for `auto` the first that can run here and handles every probe."""
     kinds = {probe.kind for probe in probes}
+    if name == "auto" and ProbeKind.FUNCTION in kinds and _user_function_tracer(probes):
+        name = "fentry"  # `f:./prog:GLOB`: the user-space function tracer is fentry's
     if name != "auto":
         entry = BY_NAME[name]
         unsupported = kinds - entry.kinds

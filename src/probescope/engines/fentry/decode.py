@@ -28,19 +28,26 @@ _COMM_AGE = 0.1
 
 
 class Comms:
-    """comm per thread id, from /proc, re-read when older than 100 ms."""
+    """comm per thread id, from /proc, re-read when older than 100 ms; a thread that is gone
+    keeps the last name seen, or its process's name from when it was set up."""
 
     def __init__(self) -> None:
         self._known: dict[int, tuple[str, float]] = {}
+        self._processes: dict[int, str] = {}
 
-    def get(self, tid: int) -> str:
+    def remember_process(self, pid: int) -> None:
+        comm = procfs.read_comm(pid)
+        if comm != "<...>":
+            self._processes[pid] = comm
+
+    def get(self, tid: int, pid: int = 0) -> str:
         now = time.monotonic()
         known = self._known.get(tid)
         if known is not None and now - known[1] < _COMM_AGE:
             return known[0]
         comm = procfs.read_comm(tid)
-        if comm == "<...>" and known is not None:
-            comm = known[0]  # the thread is gone: keep the last name it had
+        if comm == "<...>":
+            comm = known[0] if known is not None else self._processes.get(pid, comm)
         self._known[tid] = (comm, now)
         return comm
 
@@ -83,10 +90,10 @@ class Decoder:
                 known_pids.add(pid)
             timestamp = to_ns(record[4])
             cpu = record[5] & 0xFFF
-            comm = comm_of(tid)
+            comm = comm_of(tid, pid)
 
-            def comm_getter(tid: int = tid) -> str:
-                return comm_of(tid)
+            def comm_getter(tid: int = tid, pid: int = pid) -> str:
+                return comm_of(tid, pid)
 
             ip = info.function_address
             if word & _RETURN:

@@ -53,6 +53,8 @@ class FentryEngine:
         self._lost = 0
         self._events_started = False
         self._pids: list[int] = []
+        self._comms = Comms()
+        self._calls = UserCallText()
 
     # -- Engine protocol ---------------------------------------------------------------------
 
@@ -79,7 +81,7 @@ class FentryEngine:
         return dict(self._plan(probes, pid).refusals)
 
     def _plan(self, probes: Sequence[ResolvedProbe], pid: int | None) -> Catalog:
-        return build_catalog(probes, pid=pid, call_type=function_event_type(UserCallText()))
+        return build_catalog(probes, pid=pid, call_type=function_event_type(self._calls))
 
     def attach(
         self,
@@ -116,6 +118,7 @@ class FentryEngine:
         tracer = FentryTracer(
             catalog, TracerOptions(ring_records=records, follow_children=target.follow_children)
         )
+        tracer.on_installed += [self._comms.remember_process, self._calls.remember]
         tracer.notes.extend(catalog.notes)
         tracer.notes.extend(safety.machine_notes())
         self._tracer = tracer
@@ -139,7 +142,7 @@ class FentryEngine:
         self._events_started = True
         clock = self._clock
         assert clock is not None
-        decoder = Decoder(Comms(), self._hits)
+        decoder = Decoder(self._comms, self._hits)
         known: set[int] = set(self._pids)
         last_yield = time.monotonic()
         last_refresh = 0.0

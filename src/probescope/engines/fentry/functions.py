@@ -37,9 +37,11 @@ class UserCallText:
     def remember(self, pid: int) -> None:
         """Read the process's memory map now (while it lives)."""
         try:
-            self._maps[pid] = procfs.read_maps(pid)
+            fresh = procfs.read_maps(pid)
         except OSError:
-            pass
+            return
+        if fresh:  # a process that exited shows an empty map: keep what we knew
+            self._maps[pid] = fresh
 
     def symbol(self, pid: int, address: int) -> str:
         key = (pid, address)

@@ -81,6 +81,9 @@ class FentryTracer:
         self._seen_pids: set[int] = set()
         self._thread: threading.Thread | None = None
         self.detached = False
+        # called with the pid after each install, while the process is stopped (the reader
+        # keeps its comm and memory map, which a short-lived process no longer has later)
+        self.on_installed: list[Callable[[int], None]] = []
 
     # =========================================================================================
     # Getting hold of processes (caller's thread)
@@ -161,6 +164,8 @@ class FentryTracer:
                             self.families.append(image.family)
                         image.family.pids.add(pid)
                         self.images[pid] = image
+                for callback in self.on_installed:
+                    callback(pid)
                 if before_release is not None and not blocked:
                     before_release(world)
             finally:
