@@ -43,6 +43,7 @@ HDR_RING_SIZE = 0x58
 HDR_STATE_SIZE = 0x60
 HDR_OWNER_PID = 0x68
 HDR_CAPACITY = 0x70
+HDR_SESSION = 0x74
 HEADER_SIZE = 0x80
 
 SITE_ENTRY = 48
@@ -83,6 +84,7 @@ class Owner:
     visible_pid: int
     pid: int
     start_time: int
+    session: int = 0  # tells apart sessions of one probescope process
 
 
 @dataclass
@@ -181,7 +183,7 @@ class CodeArea:
         struct.pack_into("<II", out, HDR_TRACER_PID, self.owner.visible_pid, len(self.sites))
         struct.pack_into("<qq", out, HDR_ONE_MS, 0, 1_000_000)
         struct.pack_into(
-            "<QQQQI",
+            "<QQQQII",
             out,
             HDR_OWNER_START,
             self.owner.start_time,
@@ -189,6 +191,7 @@ class CodeArea:
             self.state_size,
             self.owner.pid,
             self.capacity,
+            self.owner.session,
         )
         return bytes(out)
 
@@ -255,8 +258,8 @@ def parse_header(data: bytes) -> dict[str, int] | None:
     version, size = struct.unpack_from("<II", data, HDR_VERSION)
     ring, state, trampoline, rdebug = struct.unpack_from("<QQQQ", data, HDR_RING)
     visible, sites = struct.unpack_from("<II", data, HDR_TRACER_PID)
-    start_time, ring_size, state_size, owner_pid, capacity = struct.unpack_from(
-        "<QQQQI", data, HDR_OWNER_START
+    start_time, ring_size, state_size, owner_pid, capacity, session = struct.unpack_from(
+        "<QQQQII", data, HDR_OWNER_START
     )
     return {
         "version": version,
@@ -272,6 +275,7 @@ def parse_header(data: bytes) -> dict[str, int] | None:
         "state_size": state_size,
         "owner_pid": owner_pid,
         "capacity": capacity,
+        "session": session,
     }
 
 

@@ -296,7 +296,7 @@ class Installer:
 
     def _owner_for(self, image: Image) -> Owner:
         visible = injecting.visible_pid(self.owner.pid, image.pid)
-        return Owner(visible, self.owner.pid, self.owner.start_time)
+        return Owner(visible, self.owner.pid, self.owner.start_time, self.owner.session)
 
 
 def _forget_unmapped(image: Image, mappings: list[procfs.Mapping]) -> None:

@@ -53,8 +53,13 @@ class Injector:
         self.used = False
 
     def call(self, number: int, *args: int) -> int:
+        """Run one system call; the thread goes back to an interrupt stop right after it, so
+        the window in which a killed tracer would leave a SIGTRAP behind stays microseconds."""
         self.used = True
-        return self.syscalls.run(self.thread, number, *args)
+        try:
+            return self.syscalls.run(self.thread, number, *args)
+        finally:
+            self.finish()
 
     def finish(self) -> None:
         """Leave the borrowed thread in an interrupt stop (see StoppedProcess.settle)."""
@@ -73,6 +78,7 @@ def map_area(inject: Injector, low: int, high: int, sites: int) -> tuple[int, in
     size = area_size(sites)
     start, reachable = xol.allocate_area(inject.syscalls, inject.thread, low, high, size)
     inject.used = True
+    inject.finish()
     if not reachable:
         inject.call(SYS_MUNMAP, start, size)
         return None
@@ -151,10 +157,10 @@ def new_area(
     )
 
 
-def owner_of_this_process() -> Owner:
+def owner_of_this_process(session: int = 0) -> Owner:
     """Our pid and start time (read back by later runs to tell whether we still live)."""
     pid = os.getpid()
-    return Owner(visible_pid=pid, pid=pid, start_time=process_start_time(pid) or 0)
+    return Owner(pid, pid, process_start_time(pid) or 0, session)
 
 
 def process_start_time(pid: int) -> int | None:

@@ -15,6 +15,7 @@ detach. The service thread then:
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -39,6 +40,8 @@ _EXEC_WAIT = 10.0
 _SYSCALL_STOP = 0x80 | signal.SIGTRAP
 _SYS_EXECVE, _SYS_EXECVEAT = 59, 322
 _ESRCH = 3
+_sessions = itertools.count(1)
+ACTIVE_SESSIONS: set[int] = set()  # this process's live tracers (their areas are not leftovers)
 
 
 @dataclass
@@ -64,7 +67,9 @@ class FentryTracer:
     def __init__(self, catalog: Catalog, options: TracerOptions) -> None:
         self.catalog = catalog
         self.options = options
-        self.owner: Owner = owner_of_this_process()
+        self.session = next(_sessions)
+        ACTIVE_SESSIONS.add(self.session)
+        self.owner: Owner = owner_of_this_process(self.session)
         self.counters = TracerCounters()
         self.notes = self.counters.notes
         self.installer = Installer(catalog, self.owner, options.ring_records, self.notes)
@@ -185,17 +190,19 @@ class FentryTracer:
     def _clean_leftovers(self, world: StoppedProcess) -> None:
         """Restore what a dead earlier probescope left; refuse a process a live one serves."""
         for area in restoring.find_areas(world):
-            owner, start = area.header["owner_pid"], area.header["start_time"]
-            if owner == self.owner.pid and start == self.owner.start_time:
-                continue
-            if owner and process_start_time(owner) == start:
+            if _live_owner(area.header, self.owner):
                 raise PtraceError(
-                    f"process {world.pid} is traced by another probescope (pid {owner})",
+                    f"process {world.pid} is traced by another probescope session "
+                    f"(pid {area.header['owner_pid']})",
                     hint=f"stop that session first, or `probescope cleanup -p {world.pid}` "
                     "once it is gone",
                 )
         report = restoring.restore(
-            world, self.installer.injector, lambda header: not _owned_by(header, self.owner)
+            world,
+            self.installer.injector,
+            lambda header: (
+                not _live_owner(header, self.owner) and not _owned_by(header, self.owner)
+            ),
         )
         if report.sites or report.returns:
             self.notes.append(
@@ -459,6 +466,30 @@ class FentryTracer:
     # =========================================================================================
     # Detach
 
+    def _restore_process(self, pid: int) -> None:
+        """Restore one process; while a thread runs inside a stub, let it out and try again
+        (sites and return addresses are restored at the first try; only the unmapping waits)."""
+        for attempt in range(_RETRIES):
+            try:
+                with StoppedProcess(pid).stop() as world:
+                    self.counters.transactions += 1
+                    report = restoring.restore(
+                        world, self.installer.injector, lambda h: _owned_by(h, self.owner)
+                    )
+            except (ProcessGone, PtraceError) as error:
+                if _alive(pid):
+                    self.notes.append(f"process {pid}: not restored: {error}")
+                return
+            self.counters.restored_sites += report.sites
+            self.counters.restored_returns += report.returns
+            self.notes.extend(report.notes)
+            if report.kept_because is None:
+                return
+            if "running code" not in report.kept_because or attempt == _RETRIES - 1:
+                self.notes.append(_restore_kept_note(pid, report.kept_because))
+                return
+            time.sleep(0.001)
+
     def detach(self, timeout: float = 30.0) -> None:
         """Restore every process and stop the service thread."""
         self.stop_requested.set()
@@ -472,6 +503,7 @@ class FentryTracer:
         if self.detached:
             return
         self.detached = True
+        ACTIVE_SESSIONS.discard(self.session)
         with self.lock:
             pids = set(self.images)
             families = list(self.families)
@@ -479,24 +511,8 @@ class FentryTracer:
         for family in families:
             family.ring.stop_serving()
         for pid in sorted(pids):
-            if not _alive(pid):
-                continue
-            try:
-                with StoppedProcess(pid).stop() as world:
-                    self.counters.transactions += 1
-                    report = restoring.restore(
-                        world, self.installer.injector, lambda h: _owned_by(h, self.owner)
-                    )
-                    self.counters.restored_sites += report.sites
-                    self.counters.restored_returns += report.returns
-                    self.notes.extend(report.notes)
-                    if report.kept_because:
-                        self.notes.append(
-                            f"process {pid}: code areas left mapped: {report.kept_because}"
-                        )
-            except (ProcessGone, PtraceError) as error:
-                if _alive(pid):
-                    self.notes.append(f"process {pid}: not restored: {error}")
+            if _alive(pid):
+                self._restore_process(pid)
         if self.spawned and self.root_pid is not None and self.root_status is None:
             try:
                 got, status = os.waitpid(self.root_pid, os.WNOHANG)
@@ -506,8 +522,26 @@ class FentryTracer:
                 pass
 
 
+def _restore_kept_note(pid: int, reason: str) -> str:
+    return f"process {pid}: code areas left mapped: {reason}"
+
+
 def _owned_by(header: dict[str, int], owner: Owner) -> bool:
-    return header["owner_pid"] == owner.pid and header["start_time"] == owner.start_time
+    return (
+        header["owner_pid"] == owner.pid
+        and header["start_time"] == owner.start_time
+        and header["session"] == owner.session
+    )
+
+
+def _live_owner(header: dict[str, int], me: Owner) -> bool:
+    """Whether the areas' session still runs (another process, or another session of ours)."""
+    if _owned_by(header, me):
+        return False
+    pid, start = header["owner_pid"], header["start_time"]
+    if pid == me.pid and start == me.start_time:
+        return header["session"] in ACTIVE_SESSIONS
+    return bool(pid) and process_start_time(pid) == start
 
 
 def _alive(pid: int) -> bool:
