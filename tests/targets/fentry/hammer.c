@@ -1,5 +1,6 @@
 /* Four threads call probed functions (entry and return probes) as fast as they can for
- * argv[1] seconds, going through recursion, a longjmp and a C-level callback; each keeps a
+ * argv[1] seconds (or, given "stdin", until its stdin closes), going through recursion and
+ * a longjmp; each keeps a
  * checksum that any corrupted return value, register, stack slot or return address would
  * change. Prints "good N" (threads whose checksum held) and exits with the number that failed.
  */
@@ -7,6 +8,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define THREADS 4
@@ -40,12 +42,13 @@ static double now(void)
 }
 
 static double seconds = 1.0;
+static volatile int stop;
 
 static void *run(void *arg)
 {
     long id = (long)arg, sum = 0, expect = 0, calls = 0;
     double end = now() + seconds;
-    while (now() < end) {
+    while (seconds < 0 ? !stop : now() < end) {
         for (int i = 0; i < 100; i++, calls++) {
             long a = id + calls, b = calls;
             sum = (sum + deep(calls % 5, a) + layer(a, b)) % 1000003;
@@ -64,10 +67,15 @@ static void *run(void *arg)
 int main(int argc, char **argv)
 {
     if (argc > 1)
-        seconds = atof(argv[1]);
+        seconds = strcmp(argv[1], "stdin") == 0 ? -1 : atof(argv[1]);
     pthread_t t[THREADS];
     for (long i = 0; i < THREADS; i++)
         pthread_create(&t[i], NULL, run, (void *)i);
+    if (seconds < 0) {
+        while (getchar() != EOF)
+            ;
+        stop = 1;
+    }
     int good = 0;
     for (int i = 0; i < THREADS; i++) {
         void *r;
