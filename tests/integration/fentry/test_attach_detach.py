@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.root, requires_fentry]
 
 def test_attach_record_and_detach_leave_the_program_as_it_was() -> None:
     path = hammer()
-    program = start([path, "4"])
+    program = start([path, "stdin"])
     session = Session(hammer_specs(path), engine="fentry", pids=[program.pid])
     events = []
     with session:
@@ -37,7 +37,7 @@ def test_attach_record_and_detach_leave_the_program_as_it_was() -> None:
     assert text_differences(program.pid, path) == []
     assert text_differences(program.pid, libc_path(program.pid)) == []
     assert our_areas(program.pid) == []
-    out, _ = program.communicate(timeout=30)
+    out, _ = program.communicate(timeout=60)
     assert (out, program.returncode) == ("good 4\n", 0)
     mixes = [e for e in events if e.name == "mix"]
     returns = [e for e in events if e.name == "mix__return"]

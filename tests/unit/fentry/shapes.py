@@ -114,9 +114,10 @@ __asm__(
 "    xor %edi, %edi\n"
 "    jmp hot+2\n"
 "    .size hot.cold, .-hot.cold\n"
-"    .data\n"
+"    .pushsection .data\n"
 "counter: .long 0\n"
 "table: .quad 0\n"
+"    .popsection\n"
 );
 """
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from probescope.engines.base import Availability, Engine, EngineStats, Target
+from probescope.engines.fentry import safety
 from probescope.engines.fentry.engine import FentryEngine
 from probescope.events import Event, EventBatch
 from probescope.language.resolved import ResolvedProbe
@@ -51,9 +52,16 @@ class FallbackEngine:
 
     def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
         pid = target.pids[0] if len(target.pids) == 1 else None
-        refused = self.primary.refusals(probes, pid) if self.primary.available().ok else {}
-        if not self.primary.available().ok:
-            refused = {probe: self.primary.available().reason for probe in probes}
+        state = self.primary.available()
+        whole = None if state.ok else state.reason
+        for each in target.pids:  # checked up front: seccomp, Go, musl, SELinux execmem
+            problem = safety.process_problem(each)
+            if whole is None and problem is not None:
+                whole = f"process {each} {problem}"
+        if whole is not None:
+            refused = {probe: whole for probe in probes}
+        else:
+            refused = self.primary.refusals(probes, pid)
         taken = [p for p in probes if p not in refused]
         rest = [p for p in probes if p in refused]
         if not rest:
