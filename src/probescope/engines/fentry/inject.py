@@ -30,6 +30,7 @@ PROT_READ_WRITE = 0x3
 MAP_SHARED = 0x01
 MAP_PRIVATE_ANONYMOUS = 0x22
 MAP_FIXED_NOREPLACE = 0x100000
+MAP_POPULATE = 0x8000
 MFD_CLOEXEC = 0x1
 MFD_NOEXEC_SEAL = 0x8
 _EEXIST = 17
@@ -130,7 +131,8 @@ def create_ring(inject: Injector, name_address: int, name: str, records: int) ->
             raise inject.fail("ftruncate (for the event ring)", result)
         ring = Ring.open_from(inject.world.pid, fd, records, name)
         ring.initialize()
-        address = map_far(inject, size, PROT_READ_WRITE, MAP_SHARED, fd)
+        # populated: a stub never takes a page fault on a fresh ring page (~150 ns a record)
+        address = map_far(inject, size, PROT_READ_WRITE, MAP_SHARED | MAP_POPULATE, fd)
     finally:
         inject.call(SYS_CLOSE, fd)
     return address, ring

@@ -69,7 +69,8 @@ class Ring:
         self.name = name
         self.records = records
         self.size = ring_bytes(records)
-        self._map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        self._map = mmap.mmap(fd, self.size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         self._words = memoryview(self._map).cast("I")
         self.tail = 0
         self._drops_seen = 0

@@ -555,9 +555,18 @@ def _alive(pid: int) -> bool:
 
 
 def _has_magic(pid: int, address: int) -> bool:
+    """Whether our area is still at `address` (False only when the process lives on without
+    it: an exiting process, whose memory is already gone, does not count)."""
     reader = syscalls.RemoteReader(64)
-    data = reader.read(pid, address, len(MAGIC))
-    return data == MAGIC or not _alive(pid)
+    if reader.read(pid, address, len(MAGIC)) == MAGIC:
+        return True
+    try:
+        maps = procfs.read_maps(pid)
+    except OSError:
+        return True
+    if not maps or not _alive(pid):
+        return True  # exiting
+    return reader.read(pid, address, len(MAGIC)) == MAGIC
 
 
 def _children(pid: int) -> set[int]:
