@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from probescope.engines.fentry.fetch import Evaluate, compile_args
+from probescope.engines.fentry.fetch import args_source
 from probescope.engines.fentry.plan import SitePlan, plan_entry
 from probescope.engines.fentry.relocate import Refused
 from probescope.errors import ProbescopeError
@@ -34,11 +34,12 @@ _HEX64 = ArgType(name="x64", base="x64", size=8, signed=False)
 
 @dataclass
 class ProbeUse:
-    """One probe served by a site: its event type, how its args come out of a record."""
+    """One probe served by a site: its event type, how its args come out of a record (a
+    tuple expression over the record `r`, `ip` and `comm`, see fetch.py)."""
 
     probe: ResolvedProbe | None
     event_type: EventType
-    evaluate: Evaluate
+    source: str
     key: str  # "group/event"
 
 
@@ -219,7 +220,7 @@ def _probe_use(
     if sites.is_go:
         raise Refused("a Go binary: goroutine stacks are too small and move (the stub pushes)")
     is_return = probe.kind is ProbeKind.URETPROBE
-    evaluate = compile_args(spec.args, is_return)
+    source = args_source(spec.args, is_return)
     names = (spec.group_name, spec.event_name)
     event_type = event_types.get(names)
     if event_type is None:
@@ -231,7 +232,7 @@ def _probe_use(
             arg_types=tuple(a.type for a in spec.args),
         )
         event_types[names] = event_type
-    return ProbeUse(probe, event_type, evaluate, f"{names[0]}/{names[1]}"), function, probe.path
+    return ProbeUse(probe, event_type, source, f"{names[0]}/{names[1]}"), function, probe.path
 
 
 def _add_function_tracer(
@@ -256,7 +257,7 @@ def _add_function_tracer(
     if not functions:
         raise Refused(f"no function of {path} matches {glob!r}")
     event_type = call_type or function_event_type()
-    use = ProbeUse(probe, event_type, lambda record, ip, comm: (), "ftrace/function")
+    use = ProbeUse(probe, event_type, "(ip, r[16])", "ftrace/function")
     catalog.tracer_patterns.append(f"{path}:{glob}")
     taken = 0
     skipped: list[str] = []

@@ -96,3 +96,7 @@ class TscClock:
         """A fast tsc → ns function with the current rate."""
         ns0, tsc0, rate = self._ns0, self._tsc0, self._rate
         return lambda tsc: ns0 + int((tsc - tsc0) * rate)
+
+    def line(self) -> tuple[int, int, float]:
+        """(ns0, tsc0, rate): ns = ns0 + (tsc - tsc0) * rate, for code that inlines it."""
+        return self._ns0, self._tsc0, self._rate

@@ -9,9 +9,11 @@ their reasons (FallbackEngine runs them through another engine instead).
 from __future__ import annotations
 
 import atexit
+import operator
 import platform
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 from probescope.engines.base import Availability, EngineStats, Target
@@ -142,7 +144,8 @@ class FentryEngine:
         self._events_started = True
         clock = self._clock
         assert clock is not None
-        decoder = Decoder(self._comms, self._hits)
+        decoder = Decoder(self._comms)
+        hits = self._hits
         known: set[int] = set(self._pids)
         last_yield = time.monotonic()
         last_refresh = 0.0
@@ -153,7 +156,7 @@ class FentryEngine:
                 if now - last_refresh > 0.05:
                     clock.refresh()
                     last_refresh = now
-                to_ns = clock.converter()
+                line = clock.line()
                 events: list[Event] = []
                 lost = 0
                 with tracer.lock:
@@ -162,9 +165,12 @@ class FentryEngine:
                     records, dropped = family.ring.read(_BATCH)
                     lost += dropped
                     if records:
-                        events += decoder.decode(family, records, to_ns, tracer.saw_pid, known)
+                        events += decoder.decode(family, records, line, tracer.saw_pid, known)
                 if events or lost:
                     events.sort(key=_timestamp)
+                    for event_type, count in Counter(map(_type, events)).items():
+                        key = f"{event_type.group}/{event_type.name}"
+                        hits[key] = hits.get(key, 0) + count
                     self._lost += lost
                     last_yield = now
                     yield EventBatch(events, lost)
@@ -250,8 +256,8 @@ class FentryEngine:
         return self._tracer
 
 
-def _timestamp(event: Event) -> int:
-    return event.timestamp_ns
+_timestamp = operator.itemgetter(0)
+_type = operator.attrgetter("type")
 
 
 def ring_size_kb(records: int) -> int:

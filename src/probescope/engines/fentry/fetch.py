@@ -6,6 +6,10 @@ kernel's copy_from_user does). So an argument is taken when it reads %di %si %dx
 %ax %sp %ip, $stack0..$stack2, $stack, $retval, $comm or an immediate; anything that
 dereferences memory (`+0(%di):string`, `@ADDR`, `@+OFF`, arrays, strings other than $comm) or
 another register is refused with the reason, and the probe falls back to another engine.
+
+Each argument becomes a Python expression over the record tuple `r`, the probe's `ip` and the
+thread's `comm` (decode.py compiles them into one function per site, so a hit costs no call per
+argument).
 """
 
 from __future__ import annotations
@@ -35,37 +39,27 @@ STACK_WORDS = 3
 _U64 = (1 << 64) - 1
 
 Evaluate = Callable[[tuple[int, ...], int, Callable[[], str]], tuple[Any, ...]]
-_Value = Callable[[tuple[int, ...], int, Callable[[], str]], Any]
 
 
-def convert(arg_type: ArgType) -> Callable[[int], int]:
-    """The kernel's store of an unsigned long into a fetcharg type (size, sign, bitfield)."""
+def convert_source(arg_type: ArgType, value: str) -> str:
+    """The kernel's store of an unsigned long `value` into a fetcharg type, as an expression."""
     bits = arg_type.size * 8
     mask = (1 << bits) - 1
     if arg_type.bitfield is not None:
         width, offset, container = arg_type.bitfield
-        cmask = (1 << container) - 1
         left = container - width - offset
         right = container - width
-        return lambda v: ((v << left) & cmask) >> right
+        return f"((({value}) << {left}) & {(1 << container) - 1:#x}) >> {right}"
     if arg_type.signed:
         sign = 1 << (bits - 1)
-        return lambda v: ((v & mask) ^ sign) - sign
-    return lambda v: v & mask
+        return f"((({value}) & {mask:#x}) ^ {sign:#x}) - {sign:#x}"
+    if bits == 64:
+        return f"({value})"  # record words are unsigned 64-bit already
+    return f"(({value}) & {mask:#x})"
 
 
-def compile_args(args: Sequence[FetchArg], is_return: bool) -> Evaluate:
-    """One function: (record, probe ip, comm getter) → the values in spec order."""
-    values = [_compile(arg, is_return) for arg in args]
-    if not values:
-        return lambda record, ip, comm: ()
-    if len(values) == 1:
-        only = values[0]
-        return lambda record, ip, comm: (only(record, ip, comm),)
-    return lambda record, ip, comm: tuple(value(record, ip, comm) for value in values)
-
-
-def _compile(arg: FetchArg, is_return: bool) -> _Value:
+def arg_source(arg: FetchArg, is_return: bool) -> str:
+    """The expression for one fetcharg over `r` (record), `ip` and `comm` (a str)."""
     fetch = arg.fetch
     arg_type = arg.type
     where = f"{arg.name}={arg.expression}"
@@ -74,34 +68,43 @@ def _compile(arg: FetchArg, is_return: bool) -> _Value:
     if isinstance(fetch, Comm):
         if not arg_type.is_string:
             raise Refused(f"{where}: $comm needs a string type")
-        return lambda record, ip, comm: (
-            comm().encode("utf-8", "surrogateescape")[:15].decode("utf-8", "surrogateescape")
-        )
+        return "comm[:15]"
     if isinstance(fetch, ImmediateString):
-        return lambda record, ip, comm: None  # as uprobes on 6.18 (the ptrace engine agrees)
+        return "None"  # a fault, as uprobes on 6.18 read it (the ptrace engine agrees)
     if arg_type.is_string:
         raise Refused(f"{where}: a string reads memory, which a stub does not")
-    to_type = convert(arg_type)
     if isinstance(fetch, Register):
         name = fetch.name
         if name == "ip":
-            return lambda record, ip, comm: to_type(ip)
+            return convert_source(arg_type, "ip")
         if name not in REGISTER_FIELDS:
             raise Refused(f"{where}: the stub records %di %si %dx %cx %r8 %r9 %ax %sp, not %{name}")
-        field = REGISTER_FIELDS[name]
-        return lambda record, ip, comm: to_type(record[field])
+        return convert_source(arg_type, f"r[{REGISTER_FIELDS[name]}]")
     if isinstance(fetch, StackPointer):
-        return lambda record, ip, comm: to_type(record[R_SP])
+        return convert_source(arg_type, f"r[{R_SP}]")
     if isinstance(fetch, StackEntry):
         if fetch.index >= STACK_WORDS:
             raise Refused(f"{where}: the stub records $stack0..$stack{STACK_WORDS - 1}")
-        index = R_STACK0 + fetch.index
-        return lambda record, ip, comm: to_type(record[index])
+        return convert_source(arg_type, f"r[{R_STACK0 + fetch.index}]")
     if isinstance(fetch, ReturnValue):
         if not is_return:
             raise Refused(f"{where}: $retval is only valid on return probes")
-        return lambda record, ip, comm: to_type(record[REGISTER_FIELDS["ax"]])
+        return convert_source(arg_type, f"r[{REGISTER_FIELDS['ax']}]")
     if isinstance(fetch, Immediate):
-        value = to_type(fetch.value & _U64)
-        return lambda record, ip, comm: value
+        return convert_source(arg_type, f"{fetch.value & _U64:#x}")
     raise Refused(f"{where}: reads memory, which a stub does not (falls back)")
+
+
+def args_source(args: Sequence[FetchArg], is_return: bool) -> str:
+    """A tuple expression of every fetcharg (raises Refused for the first it cannot take)."""
+    parts = [arg_source(arg, is_return) for arg in args]
+    return "(" + "".join(f"{part}, " for part in parts) + ")"
+
+
+def compile_args(args: Sequence[FetchArg], is_return: bool) -> Evaluate:
+    """One function: (record, probe ip, comm getter) → the values in spec order."""
+    source = args_source(args, is_return)
+    needs_comm = "comm" in source
+    body = f"lambda r, ip, comm_of: (lambda comm: {source})(comm_of() if {needs_comm} else '')"
+    evaluate: Evaluate = eval(body)
+    return evaluate
