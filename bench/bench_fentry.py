@@ -502,7 +502,10 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         print(
             f"{label:30} attach {attach:7.3f}  detach {detach:7.3f}  total {attach + detach:7.3f}"
         )
-    print("target: fentry attach + detach of 1,000 sites <= 0.2 s")
+    print(
+        "(first: the functions are planned — decoded, refusal rules checked; then: plans kept "
+        "per file)\ntarget: fentry attach + detach of 1,000 sites <= 0.2 s"
+    )
 
     print("\n3. sustained drain into jsonl (probescope trace -f jsonl -o FILE), 3 s per rate\n")
     rates = (

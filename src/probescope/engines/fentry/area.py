@@ -87,7 +87,7 @@ class Owner:
     session: int = 0  # tells apart sessions of one probescope process
 
 
-@dataclass
+@dataclass(eq=False)
 class PlacedSite:
     """One patched site in one process."""
 
@@ -97,6 +97,7 @@ class PlacedSite:
     stub: int
     word: int  # site number | flags
     patch: bytes  # the jump and its int3 fill
+    row: int = 0  # its index in the area's site table
 
     @property
     def number(self) -> int:
@@ -204,7 +205,7 @@ class CodeArea:
             raise relocate.Refused("code area full")
         stub = self.common + len(_COMMON) + len(self.sites) * STUB_SLOT
         patch = relocate.jump(address, stub) + b"\xcc" * (plan.length - relocate.JMP_SIZE)
-        site = PlacedSite(plan, address, function_address, stub, word, patch)
+        site = PlacedSite(plan, address, function_address, stub, word, patch, len(self.sites))
         self.stub_code(site)  # raises Refused when the displaced code cannot reach
         self.sites.append(site)
         return site
@@ -221,7 +222,7 @@ class CodeArea:
 
     def site_entry(self, site: PlacedSite) -> tuple[int, bytes]:
         """(address, bytes) of the site's row in the area's site table."""
-        index = self.sites.index(site)
+        index = site.row
         row = bytearray(SITE_ENTRY)
         struct.pack_into(
             "<QQQBBHI",

@@ -27,7 +27,7 @@ from probescope.engines.fentry.relocate import (
     Displaced,
     Refused,
     classify,
-    decode_all,
+    decode_lazily,
     flags_read,
     flags_written,
 )
@@ -65,12 +65,30 @@ class SitePlan:
         return bool(self.displaced) and self.displaced[-1].kind == RETURN
 
 
+_PLANS: dict[tuple[str, int, int, int, bool], SitePlan | str] = {}
+
+
 def plan_entry(sites: EntrySites, function: FunctionSymbol, *, hook: bool = False) -> SitePlan:
     """The patch for `function`'s entry; raises Refused with the reason.
 
     `hook`: one of the engine's own hooks (the dynamic linker's rendezvous, exec, the
     unwinder's entry points) — known functions whose indirect jumps leave them (the unwinder
-    installs a landing pad with `jmp *%rcx`) and whose early calls may be displaced."""
+    installs a landing pad with `jmp *%rcx`) and whose early calls may be displaced.
+    Plans are kept per file identity (a file that changes gets planned again)."""
+    key = (sites.path, sites.identity.inode, sites.identity.mtime_ns, function.offset, hook)
+    known = _PLANS.get(key)
+    if known is None:
+        try:
+            known = _plan(sites, function, hook)
+        except Refused as why:
+            known = str(why)
+        _PLANS[key] = known
+    if isinstance(known, str):
+        raise Refused(known)
+    return known
+
+
+def _plan(sites: EntrySites, function: FunctionSymbol, hook: bool) -> SitePlan:
     name = function.display_name
     if not function.size:
         raise Refused(f"{name} has no size in the symbol table: its code cannot be checked")
@@ -95,7 +113,7 @@ def _plan_detour(
     displaced: list[Displaced] = []
     covered = 0
     flags_set: set[str] = set()
-    for insn in decode_all(head[: JMP_SIZE + 15], head_vaddr):
+    for insn in decode_lazily(head[: JMP_SIZE + 15], head_vaddr):
         if covered >= JMP_SIZE:
             break
         try:

@@ -14,6 +14,7 @@ instruction.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import capstone  # type: ignore[import-untyped]
@@ -63,6 +64,11 @@ class Displaced(NamedTuple):
 def decode_all(code: bytes, address: int) -> list[Any]:
     """Capstone instructions (detail mode) of `code` at `address`, until undecodable bytes."""
     return list(_DISASSEMBLER.disasm(code, address))
+
+
+def decode_lazily(code: bytes, address: int) -> Iterator[Any]:
+    """The same, one at a time (detail mode is costly: decode only what is used)."""
+    return iter(_DISASSEMBLER.disasm(code, address))
 
 
 def flags_read(insn: Any) -> set[str]:
