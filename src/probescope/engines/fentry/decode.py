@@ -110,7 +110,10 @@ class Decoder:
         clock: tuple[int, int, float],
         saw_pid: Callable[[int], None],
         known_pids: set[int],
+        ignored_pids: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> list[Event]:
+        """The events of `records`; records of `ignored_pids` (fork children not followed,
+        before their copy is restored) are dropped."""
         out: list[Event] = []
         append = out.append
         sites = family.sites
@@ -127,6 +130,8 @@ class Decoder:
                 handlers.extend(site_handler(info) for info in sites[len(handlers) :])
             handler = handlers[number]
             if handler is None:
+                continue
+            if ignored_pids and record[3] in ignored_pids:
                 continue
             tid = record[2]
             comm = comms.get(tid)

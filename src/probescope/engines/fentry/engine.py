@@ -165,7 +165,9 @@ class FentryEngine:
                     records, dropped = family.ring.read(_BATCH)
                     lost += dropped
                     if records:
-                        events += decoder.decode(family, records, line, tracer.saw_pid, known)
+                        events += decoder.decode(
+                            family, records, line, tracer.saw_pid, known, tracer.unfollowed
+                        )
                 if events or lost:
                     events.sort(key=_timestamp)
                     for event_type, count in Counter(map(_type, events)).items():
@@ -199,8 +201,11 @@ class FentryEngine:
             families = list(tracer.families)
             images = list(tracer.images.values())
         omitted = sum(f.ring.omitted for f in families if not f.ring.closed)
+        patched = tracer.installer.patched
         stats.extra = {
-            "sites": sum(len(i.placed) for i in images),
+            "nop_sites": patched["nop"],
+            "detour_sites": patched["detour"],
+            "hook_sites": patched["hook"],
             "areas": sum(len(i.areas) for i in images),
             "rings": len(families),
             "transactions": counters.transactions,

@@ -113,6 +113,7 @@ class Installer:
         self.hooks = HookFinder(unwinder=catalog.has_returns)
         self.injector = xol.SyscallInjector()
         self._ring_serial = 0
+        self.patched = {"nop": 0, "detour": 0, "hook": 0}  # sites patched, all processes
 
     def install(self, world: StoppedProcess, image: Image) -> list[int]:
         """Patch what is mapped and not yet patched; returns addresses to retry (a thread was
@@ -260,6 +261,8 @@ class Installer:
                 continue
             memory.write_code(site.address, site.patch, tid)
             image.placed[site.address] = site
+            kind = "hook" if item.group is None else ("nop" if site.plan.nop else "detour")
+            self.patched[kind] += 1
 
     def _refuse(self, image: Image, item: _Wanted, reason: str) -> None:
         image.refused.add(item.address)
