@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         }
         if args.buffer_size:
             options["buffer_size_kb"] = args.buffer_size
+    elif args.engine == "fentry" and args.buffer_size:
+        options["buffer_size_kb"] = args.buffer_size  # the ring shared with the program
     session = Session(
         args.specs, engine=args.engine, pids=args.pid, command=command, engine_options=options
     )
