@@ -24,7 +24,7 @@ def traced(specs: list[str], argv: list[str]) -> tuple[dict[str, list[object]], 
     stats = session.summary().stats
     assert stats is not None
     assert stats.extra.get("fallback_probes", 0) == 0
-    return by_name, stats.extra.get("command_status")
+    return by_name, stats.command_status
 
 
 def test_cxx_exceptions_through_hooked_frames() -> None:

@@ -12,7 +12,6 @@ must not be covered by our jump).
 from __future__ import annotations
 
 import fnmatch
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ from probescope.language.static_events import FunctionSpec
 from probescope.symbols.entry_sites import EntrySites
 from probescope.symbols.function import FunctionSymbol
 
-FileKey = tuple[int, int, int]  # (major, minor, inode), as /proc/PID/maps shows a file
+FileKey = tuple[int, int]  # (device, inode): FileIdentity.key, Mapping.file_key
 Facts = Callable[[str], EntrySites]
 _HEX64 = ArgType(name="x64", base="x64", size=8, signed=False)
 
@@ -117,7 +116,7 @@ def build_catalog(
 
     def group_for(path: str, function: FunctionSymbol) -> Group:
         sites = facts(path)
-        key: FileKey = (*_dev(sites.identity.device), sites.identity.inode)
+        key: FileKey = sites.identity.key
         place = (key, function.offset)
         if place in refused_functions:
             raise Refused(refused_functions[place])
@@ -165,10 +164,7 @@ def build_catalog(
         if probe.path is None or probe.offset is None:
             continue
         try:
-            key: FileKey = (
-                *_dev(facts(probe.path).identity.device),
-                facts(probe.path).identity.inode,
-            )
+            key: FileKey = facts(probe.path).identity.key
         except ProbescopeError:
             continue
         for (group_key, function_offset), group in planned.items():
@@ -194,10 +190,6 @@ def build_catalog(
             continue
         catalog.groups.setdefault(key, {})[group.plan.patch_offset] = group
     return catalog
-
-
-def _dev(device: int) -> tuple[int, int]:
-    return os.major(device), os.minor(device)
 
 
 def _probe_use(

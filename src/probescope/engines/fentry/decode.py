@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from probescope.engines.fentry.image import Family, SiteInfo
-from probescope.engines.ptrace import procfs
 from probescope.events import Event
+from probescope.system import procfs
 
 # What Linux 6.18 records in common_flags / common_preempt_count for a uprobe hit (the trace
 # line shows "DBZff"); the function tracer's lines show "....." (0, 0).

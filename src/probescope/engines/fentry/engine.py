@@ -16,7 +16,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
-from probescope.engines.base import Availability, EngineStats, Target
+from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
 from probescope.engines.fentry import safety
 from probescope.engines.fentry.catalog import Catalog, build_catalog, function_event_type
 from probescope.engines.fentry.clock import TscClock, tsc_problem
@@ -29,6 +29,7 @@ from probescope.engines.ptrace.tracer import exit_status_code
 from probescope.errors import EngineUnavailable, PtraceError
 from probescope.events import Event, EventBatch
 from probescope.language.resolved import ResolvedProbe
+from probescope.system.kernel import RunningKernel
 
 POLL_SECONDS = 0.005
 IDLE_TICK = 0.1
@@ -46,8 +47,17 @@ class FentryEngine:
 
     name = "fentry"
 
-    def __init__(self, *, buffer_size_kb: int | None = None) -> None:
-        self.buffer_size_kb = buffer_size_kb
+    def __init__(
+        self,
+        *,
+        buffer_size_kb: int | None = None,
+        options: EngineOptions | None = None,
+        kernel: RunningKernel | None = None,
+    ) -> None:
+        # of the session's options only the buffer size means something here (the ring); the
+        # clock is CLOCK_MONOTONIC already, and the running kernel is not consulted
+        del kernel
+        self.buffer_size_kb = buffer_size_kb or (options.buffer_size_kb if options else None)
         self._tracer: FentryTracer | None = None
         self._catalog: Catalog | None = None
         self._clock: TscClock | None = None
@@ -219,9 +229,7 @@ class FentryEngine:
             "depth_omitted": omitted,
             "lost_stuck": sum(f.ring.lost_stuck for f in families),
         }
-        status = self.exit_code
-        if status is not None:
-            stats.extra["command_status"] = status
+        stats.command_status = self.exit_code
         if omitted:
             stats.notes.append(f"{omitted} return probes omitted: nesting deeper than 64")
         return stats

@@ -17,13 +17,15 @@ and our jump never overlap.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
-from probescope.engines.base import Availability, Engine, EngineStats, Target
+from probescope.engines.base import Availability, Engine, EngineOptions, EngineStats, Target
 from probescope.engines.fentry import safety
 from probescope.engines.fentry.engine import FentryEngine
 from probescope.events import Event, EventBatch
 from probescope.language.resolved import ResolvedProbe
+from probescope.system.kernel import RunningKernel
 
 
 class FallbackEngine:
@@ -31,9 +33,18 @@ class FallbackEngine:
 
     name = "fentry"
 
-    def __init__(self, *, fallback: str = "auto", buffer_size_kb: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        fallback: str = "auto",
+        buffer_size_kb: int | None = None,
+        options: EngineOptions | None = None,
+        kernel: RunningKernel | None = None,
+    ) -> None:
         self.fallback = fallback  # auto | tracefs | ptrace | none
-        self.primary = FentryEngine(buffer_size_kb=buffer_size_kb)
+        self.options = options or EngineOptions()
+        self.kernel = kernel
+        self.primary = FentryEngine(buffer_size_kb=buffer_size_kb, options=options)
         self.secondary: Engine | None = None
         self.taken_by: dict[ResolvedProbe, str] = {}
         self._notes: list[str] = []
@@ -108,17 +119,16 @@ class FallbackEngine:
 
         if self.fallback in ("tracefs", "ptrace"):
             return self.fallback
-        if availability(BY_NAME["tracefs"]).ok:
+        if availability(BY_NAME["tracefs"], self.kernel).ok:
             return "tracefs"
         return "ptrace"
 
     def _create(self, name: str) -> Engine:
         from probescope.engines.registry import create_engine
 
-        engine = create_engine(name)
-        if name == "tracefs":
-            engine.clock = "mono"  # type: ignore[attr-defined]
-        return engine
+        # the same clock as fentry's (CLOCK_MONOTONIC), so the two streams merge in time
+        options = dataclasses.replace(self.options, clock="mono")
+        return create_engine(name, options=options, kernel=self.kernel)
 
     def events(self) -> Iterator[Event | EventBatch]:
         secondary = self.secondary
@@ -143,8 +153,8 @@ class FallbackEngine:
             stats.lost += other.lost
             stats.notes += other.notes
             stats.extra["fallback_probes"] = len(self.taken_by)
-            if "command_status" not in stats.extra and "command_status" in other.extra:
-                stats.extra["command_status"] = other.extra["command_status"]
+            if stats.command_status is None:
+                stats.command_status = other.command_status
         stats.notes = [*self._notes, *stats.notes]
         return stats
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 
-from probescope.engines.ptrace import procfs
 from probescope.errors import ProbescopeError
 from probescope.events import Event
 from probescope.symbols.table import SymbolTable
+from probescope.system.maps import Mapping, read_maps
 
 _MAX_CACHE = 1 << 16
 
@@ -24,7 +24,7 @@ class UserCallText:
     """`func <-caller` for user-space function events, symbolized per process."""
 
     def __init__(self) -> None:
-        self._maps: dict[int, list[procfs.Mapping]] = {}
+        self._maps: dict[int, list[Mapping]] = {}
         self._names: dict[tuple[int, int], str] = {}
 
     def call_text(self, event: Event) -> str:
@@ -37,7 +37,7 @@ class UserCallText:
     def remember(self, pid: int) -> None:
         """Read the process's memory map now (while it lives)."""
         try:
-            fresh = procfs.read_maps(pid)
+            fresh = read_maps(pid)
         except OSError:
             return
         if fresh:  # a process that exited shows an empty map: keep what we knew
@@ -57,7 +57,7 @@ class UserCallText:
         if mapping is None:
             self.remember(pid)
             mapping = self._mapping(pid, address)
-        if mapping is None or not mapping.path.startswith("/"):
+        if mapping is None or mapping.path is None or not mapping.path.startswith("/"):
             return f"0x{address:x}"
         path = mapping.path
         rooted = f"/proc/{pid}/root{path}"
@@ -71,7 +71,7 @@ class UserCallText:
             function = None
         return f"0x{address:x}" if function is None else function.name
 
-    def _mapping(self, pid: int, address: int) -> procfs.Mapping | None:
+    def _mapping(self, pid: int, address: int) -> Mapping | None:
         for mapping in self._maps.get(pid, ()):
             if mapping.start <= address < mapping.end:
                 return mapping

@@ -29,8 +29,10 @@ from probescope.engines.fentry.plan import SitePlan
 from probescope.engines.fentry.relocate import Refused
 from probescope.engines.fentry.ring import Ring
 from probescope.engines.fentry.world import StoppedProcess
-from probescope.engines.ptrace import procfs, rendezvous, xol
-from probescope.errors import PtraceError
+from probescope.engines.ptrace import rendezvous, xol
+from probescope.errors import ProbescopeError, PtraceError
+from probescope.system import procfs
+from probescope.system.maps import Mapping
 
 _CLUSTER = 1 << 30
 _SLACK_SITES = 32
@@ -147,7 +149,7 @@ class Installer:
     # -- what to patch -----------------------------------------------------------------------
 
     def _wanted(
-        self, world: StoppedProcess, image: Image, mappings: list[procfs.Mapping]
+        self, world: StoppedProcess, image: Image, mappings: list[Mapping]
     ) -> list[_Wanted]:
         pid = world.pid
         exe = _exe_key(pid)
@@ -157,7 +159,7 @@ class Installer:
         _forget_unmapped(image, mappings)
         wanted: dict[int, _Wanted] = {}
         for mapping in mappings:
-            if not mapping.executable or not mapping.inode or not mapping.path.startswith("/"):
+            if not mapping.executable or not mapping.is_file or mapping.path is None:
                 continue
             key: FileKey = mapping.file_key
             groups = self.catalog.groups_of(key)
@@ -180,18 +182,18 @@ class Installer:
         self,
         wanted: dict[int, _Wanted],
         image: Image,
-        mapping: procfs.Mapping,
+        mapping: Mapping,
         plan: SitePlan,
         group: Group | None,
         hook: str | None,
         flags: int,
     ) -> None:
-        if not mapping.contains_offset(plan.patch_offset):
+        if not mapping.contains_file_offset(plan.patch_offset):
             return
         address = mapping.address_of(plan.patch_offset)
         if address in image.placed or address in image.refused:
             return
-        if not mapping.contains_offset(plan.patch_offset + plan.length - 1):
+        if not mapping.contains_file_offset(plan.patch_offset + plan.length - 1):
             return
         function_address = mapping.address_of(plan.function_offset)
         known = wanted.get(address)
@@ -302,7 +304,7 @@ class Installer:
         return Owner(visible, self.owner.pid, self.owner.start_time, self.owner.session)
 
 
-def _forget_unmapped(image: Image, mappings: list[procfs.Mapping]) -> None:
+def _forget_unmapped(image: Image, mappings: list[Mapping]) -> None:
     """Sites whose library went away (dlclose): a later load there gets patched anew."""
     for address, site in list(image.placed.items()):
         mapping = next((m for m in mappings if m.start <= address < m.end), None)
@@ -337,10 +339,7 @@ def _clusters(todo: list[_Wanted]) -> list[list[_Wanted]]:
 
 
 def _exe_key(pid: int) -> FileKey | None:
-    try:
-        return procfs.file_key(f"/proc/{pid}/exe")
-    except OSError:
-        return None
+    return procfs.executable_key(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -353,12 +352,12 @@ def _openable(pid: int, path: str) -> str:
     return rooted if os.path.exists(rooted) and not os.path.exists(path) else path
 
 
-def _rdebug(pid: int, mappings: list[procfs.Mapping]) -> int:
+def _rdebug(pid: int, mappings: list[Mapping]) -> int:
     """The address of the dynamic linker's r_debug (0: unknown; the hook then asks at every
     state change instead of only at RT_CONSISTENT)."""
     try:
         auxv = procfs.read_auxv(pid)
-    except OSError:
+    except (OSError, ProbescopeError):
         return 0
     found = rendezvous.from_interpreter(pid, auxv, mappings)
     return found.r_debug if found is not None and found.r_debug else 0

@@ -17,9 +17,11 @@ from probescope.engines.fentry.area import CodeArea, Owner, area_size
 from probescope.engines.fentry.ring import Ring, ring_bytes
 from probescope.engines.fentry.templates import CONSTANTS
 from probescope.engines.fentry.world import StoppedProcess
-from probescope.engines.ptrace import procfs, syscalls, xol
+from probescope.engines.ptrace import syscalls, xol
 from probescope.engines.ptrace.tracee import Thread
 from probescope.errors import PtraceError
+from probescope.system import procfs
+from probescope.system.maps import gaps
 
 SYS_CLOSE = 3
 SYS_MMAP = 9
@@ -89,7 +91,7 @@ def map_area(inject: Injector, low: int, high: int, sites: int) -> tuple[int, in
 def map_far(inject: Injector, size: int, prot: int, flags: int, fd: int = -1) -> int:
     """Map `size` bytes far from the program's own allocations."""
     mappings = inject.world.space.mappings()
-    for gap_low, gap_high in procfs.gaps(mappings, _FAR_LOW, _FAR_HIGH):
+    for gap_low, gap_high in gaps(mappings, _FAR_LOW, _FAR_HIGH):
         start = (gap_low + _GUARD + 0xFFF) & ~0xFFF
         if start + size + _GUARD > gap_high:
             continue

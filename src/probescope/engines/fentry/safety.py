@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 
 from probescope.engines.fentry.world import StoppedProcess
-from probescope.engines.ptrace import procfs
+from probescope.errors import ProbescopeError
+from probescope.system import procfs
+from probescope.system.maps import read_maps
 
 _SELINUX = "/sys/fs/selinux"
 
@@ -35,10 +37,10 @@ def process_problem(pid: int) -> str | None:
             "stubs make could be refused or kill it"
         )
     try:
-        maps = procfs.read_maps(pid)
-    except OSError as error:
-        return f"cannot read its memory map: {error.strerror}"
-    paths = {m.path for m in maps if m.path.startswith("/")}
+        maps = read_maps(pid)
+    except (OSError, ProbescopeError) as error:
+        return f"cannot read its memory map: {error}"
+    paths = {m.path for m in maps if m.path and m.path.startswith("/")}
     if any("ld-musl" in p or "libc.musl" in p for p in paths):
         return "uses musl libc: the stubs read thread ids where glibc keeps them"
     try:

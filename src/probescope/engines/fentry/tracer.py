@@ -31,8 +31,10 @@ from probescope.engines.fentry.image import Family, Image, Installer
 from probescope.engines.fentry.inject import owner_of_this_process, process_start_time
 from probescope.engines.fentry.ring import Request
 from probescope.engines.fentry.world import EXEC_OPTIONS, ProcessGone, StoppedProcess
-from probescope.engines.ptrace import procfs, spawn, syscalls
-from probescope.errors import PtraceError
+from probescope.engines.ptrace import spawn, syscalls
+from probescope.errors import ProbescopeError, PtraceError
+from probescope.system import procfs
+from probescope.system.maps import read_maps
 
 _RETRIES = 50
 _CHECK_INTERVAL = 0.05
@@ -439,12 +441,12 @@ class FentryTracer:
 
     def _family_of(self, pid: int) -> Family | None:
         try:
-            maps = procfs.read_maps(pid)
-        except OSError:
+            maps = read_maps(pid)
+        except (OSError, ProbescopeError):
             return None
         with self.lock:
             for family in self.families:
-                if any(family.ring.name in m.path for m in maps):
+                if any(m.path and family.ring.name in m.path for m in maps):
                     return family
         return None
 
@@ -561,8 +563,8 @@ def _has_magic(pid: int, address: int) -> bool:
     if reader.read(pid, address, len(MAGIC)) == MAGIC:
         return True
     try:
-        maps = procfs.read_maps(pid)
-    except OSError:
+        maps = read_maps(pid)
+    except (OSError, ProbescopeError):
         return True
     if not maps or not _alive(pid):
         return True  # exiting

@@ -15,9 +15,10 @@ import os
 import signal
 import time
 
-from probescope.engines.ptrace import procfs, syscalls
+from probescope.engines.ptrace import syscalls
 from probescope.engines.ptrace.tracee import AddressSpace, Thread
 from probescope.errors import PtraceError
+from probescope.system import procfs
 
 _ESRCH = 3
 _STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
