@@ -224,7 +224,10 @@ def loop_ns(output: str) -> float:
 
 
 def plain_run(argv: list[str]) -> float:
-    return loop_ns(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    # in the program's own directory: a -pg build run without uftrace writes gmon.out there
+    workdir = os.path.dirname(argv[0])
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=workdir)
+    return loop_ns(done.stdout)
 
 
 def fentry_run(program: Path, specs: list[str], calls: int, expect_events: int) -> float:
@@ -338,7 +341,7 @@ def uftrace_run(program: Path, calls: int, workdir: Path) -> float | None:
     done = subprocess.run(
         ["uftrace", "record", "-d", str(data), "-F", "hit", str(program), str(calls),
          str(ROUNDS)],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, cwd=workdir,
     )  # fmt: skip
     shutil.rmtree(data, ignore_errors=True)
     return loop_ns(done.stdout)

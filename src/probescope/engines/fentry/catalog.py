@@ -38,7 +38,7 @@ class ProbeUse:
 
     probe: ResolvedProbe | None
     event_type: EventType
-    source: str
+    source: str  # for one record `r`: uses `FN` (the function's address) and `COMM`
     key: str  # "group/event"
 
 
@@ -212,7 +212,9 @@ def _probe_use(
     if sites.is_go:
         raise Refused("a Go binary: goroutine stacks are too small and move (the stub pushes)")
     is_return = probe.kind is ProbeKind.URETPROBE
-    source = args_source(spec.args, is_return)
+    source = args_source(
+        spec.args, is_return, ip="r[7]" if is_return else "FN", comm="comms[r[2]]"
+    )
     names = (spec.group_name, spec.event_name)
     event_type = event_types.get(names)
     if event_type is None:
@@ -249,7 +251,7 @@ def _add_function_tracer(
     if not functions:
         raise Refused(f"no function of {path} matches {glob!r}")
     event_type = call_type or function_event_type()
-    use = ProbeUse(probe, event_type, "(ip, r[16])", "ftrace/function")
+    use = ProbeUse(probe, event_type, "(FN, r[16])", "ftrace/function")
     catalog.tracer_patterns.append(f"{path}:{glob}")
     taken = 0
     skipped: list[str] = []

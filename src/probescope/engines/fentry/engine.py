@@ -172,7 +172,7 @@ class FentryEngine:
                 with tracer.lock:
                     families = list(tracer.families)
                 for family in families:
-                    records, dropped = family.ring.read(_BATCH)
+                    records, dropped = family.ring.read(_BATCH, decoder.layout(family))
                     lost += dropped
                     if records:
                         events += decoder.decode(

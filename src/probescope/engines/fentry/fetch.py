@@ -58,8 +58,9 @@ def convert_source(arg_type: ArgType, value: str) -> str:
     return f"(({value}) & {mask:#x})"
 
 
-def arg_source(arg: FetchArg, is_return: bool) -> str:
-    """The expression for one fetcharg over `r` (record), `ip` and `comm` (a str)."""
+def arg_source(arg: FetchArg, is_return: bool, *, ip: str = "ip", comm: str = "comm") -> str:
+    """The expression for one fetcharg over `r` (the record), and the expressions `ip` (the
+    probe's address, or the return address) and `comm` (the thread's name)."""
     fetch = arg.fetch
     arg_type = arg.type
     where = f"{arg.name}={arg.expression}"
@@ -68,7 +69,7 @@ def arg_source(arg: FetchArg, is_return: bool) -> str:
     if isinstance(fetch, Comm):
         if not arg_type.is_string:
             raise Refused(f"{where}: $comm needs a string type")
-        return "comm[:15]"
+        return f"{comm}[:15]"
     if isinstance(fetch, ImmediateString):
         return "None"  # a fault, as uprobes on 6.18 read it (the ptrace engine agrees)
     if arg_type.is_string:
@@ -76,7 +77,7 @@ def arg_source(arg: FetchArg, is_return: bool) -> str:
     if isinstance(fetch, Register):
         name = fetch.name
         if name == "ip":
-            return convert_source(arg_type, "ip")
+            return convert_source(arg_type, ip)
         if name not in REGISTER_FIELDS:
             raise Refused(f"{where}: the stub records %di %si %dx %cx %r8 %r9 %ax %sp, not %{name}")
         return convert_source(arg_type, f"r[{REGISTER_FIELDS[name]}]")
@@ -95,9 +96,11 @@ def arg_source(arg: FetchArg, is_return: bool) -> str:
     raise Refused(f"{where}: reads memory, which a stub does not (falls back)")
 
 
-def args_source(args: Sequence[FetchArg], is_return: bool) -> str:
+def args_source(
+    args: Sequence[FetchArg], is_return: bool, *, ip: str = "ip", comm: str = "comm"
+) -> str:
     """A tuple expression of every fetcharg (raises Refused for the first it cannot take)."""
-    parts = [arg_source(arg, is_return) for arg in args]
+    parts = [arg_source(arg, is_return, ip=ip, comm=comm) for arg in args]
     return "(" + "".join(f"{part}, " for part in parts) + ")"
 
 

@@ -46,6 +46,25 @@ RECORD = struct.Struct("<IIIIQIIQ11Q")
 assert RECORD.size == RECORD_SIZE
 
 
+_FIELDS = [("I", 4)] * 4 + [("Q", 8), ("I", 4), ("I", 4)] + [("Q", 8)] * 12
+
+
+def compact_layout(needed: set[int]) -> tuple[struct.Struct, dict[int, int]]:
+    """A record layout that unpacks only the fields `needed` (positions in RECORD's tuple),
+    and where each of them lands in the shorter tuple."""
+    fmt = "<"
+    where: dict[int, int] = {}
+    for index, (code, size) in enumerate(_FIELDS):
+        if index in needed:
+            where[index] = len(where)
+            fmt += code
+        else:
+            fmt += f"{size}x"
+    layout = struct.Struct(fmt)
+    assert layout.size == RECORD_SIZE
+    return layout, where
+
+
 def ring_bytes(records: int) -> int:
     return RING_DATA + records * RECORD_SIZE
 
@@ -144,8 +163,11 @@ class Ring:
     def pending(self) -> int:
         return max(0, self.head - self.tail)
 
-    def read(self, limit: int = 65536) -> tuple[list[tuple[int, ...]], int]:
-        """(records, lost since the last call), at most `limit` records."""
+    def read(
+        self, limit: int = 65536, layout: struct.Struct = RECORD
+    ) -> tuple[list[tuple[int, ...]], int]:
+        """(records, lost since the last call), at most `limit` records, each unpacked with
+        `layout` (RECORD, or a compact_layout() that skips the fields nobody reads)."""
         if self.closed:
             return [], 0
         drops = self.drops
@@ -164,7 +186,7 @@ class Ring:
             ready = self._committed(tail + taken, index, count)
             if ready:
                 start = RING_DATA + index * RECORD_SIZE
-                out.extend(RECORD.iter_unpack(self._map[start : start + ready * RECORD_SIZE]))
+                out.extend(layout.iter_unpack(self._map[start : start + ready * RECORD_SIZE]))
                 taken += ready
             if ready < count:
                 break
