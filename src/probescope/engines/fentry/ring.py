@@ -90,7 +90,11 @@ class Ring:
         self.size = ring_bytes(records)
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
         self._map = mmap.mmap(fd, self.size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
+        # words read and written through native memoryviews: one aligned load or store each
+        # (struct's little-endian "<Q" moves byte by byte, and a stub reading a torn tail
+        # while it changes would see a full ring)
         self._words = memoryview(self._map).cast("I")
+        self._qwords = memoryview(self._map).cast("Q")
         self.tail = 0
         self._drops_seen = 0
         self._stuck_since: float | None = None
@@ -108,14 +112,15 @@ class Ring:
 
     def initialize(self) -> None:
         """Write the header the stubs read (before any stub can run)."""
-        struct.pack_into("<Q", self._map, 0, RING_MAGIC)
-        struct.pack_into("<QQ", self._map, _MASK, self.records - 1, self.records)
-        struct.pack_into("<I", self._map, _STATE, 1)
+        self._qwords[0] = RING_MAGIC
+        self._qwords[_MASK // 8] = self.records - 1
+        self._qwords[_RECORDS // 8] = self.records
+        self._words[_STATE // 4] = 1
 
     # -- state words -------------------------------------------------------------------------
 
     def _u64(self, offset: int) -> int:
-        return int(struct.unpack_from("<Q", self._map, offset)[0])
+        return int(self._qwords[offset // 8])
 
     @property
     def head(self) -> int:
@@ -131,12 +136,12 @@ class Ring:
 
     @property
     def serving(self) -> bool:
-        return bool(struct.unpack_from("<I", self._map, _STATE)[0])
+        return bool(self._words[_STATE // 4])
 
     def stop_serving(self) -> None:
         """No more handshakes: stubs go on without waiting for a tracer."""
         if not self.closed:
-            struct.pack_into("<I", self._map, _STATE, 0)
+            self._words[_STATE // 4] = 0
 
     def pending_request(self) -> Request | None:
         if self.closed:
@@ -148,15 +153,15 @@ class Ring:
         return Request(sequence, kind, tid, pid)
 
     def acknowledge(self, request: Request) -> None:
-        struct.pack_into("<Q", self._map, _ACK_SEQ, request.sequence)
+        self._qwords[_ACK_SEQ // 8] = request.sequence
 
     def lock_owner(self) -> int:
-        return int(struct.unpack_from("<I", self._map, _LOCK)[0])
+        return int(self._words[_LOCK // 4])
 
     def break_lock(self, owner: int) -> None:
         """Free the request slot held by a thread that no longer exists."""
         if self.lock_owner() == owner:
-            struct.pack_into("<I", self._map, _LOCK, 0)
+            self._words[_LOCK // 4] = 0
 
     # -- records -----------------------------------------------------------------------------
 
@@ -203,7 +208,7 @@ class Ring:
             self._stuck_since = None
         if taken:
             self.tail = tail + taken
-            struct.pack_into("<Q", self._map, _TAIL, self.tail)
+            self._qwords[_TAIL // 8] = self.tail
         return out, lost
 
     def _committed(self, ticket: int, index: int, count: int) -> int:
@@ -227,4 +232,5 @@ class Ring:
             return
         self.closed = True
         self._words.release()
+        self._qwords.release()
         self._map.close()
