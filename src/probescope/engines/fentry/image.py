@@ -146,6 +146,17 @@ class Installer:
             inject.finish()
         return blocked
 
+    def drop_return_hooks(self, world: StoppedProcess, image: Image) -> None:
+        """Rewrite placed stubs without F_RETURN (every thread is stopped, at an instruction
+        boundary: a thread about to run a stub's `mov $SITE_WORD` runs the new one)."""
+        memory = world.space.memory
+        tid = next(iter(world.threads))
+        for area in image.areas:
+            for site in area.sites:
+                if site.word & F_RETURN:
+                    site.word &= ~F_RETURN
+                    memory.write_code(site.stub, area.stub_code(site), tid)
+
     # -- what to patch -----------------------------------------------------------------------
 
     def _wanted(

@@ -163,7 +163,13 @@ class FentryTracer:
                 if attempt == 0:
                     if clean:
                         self._clean_leftovers(world)
-                    image.return_refusal = image.return_refusal or safety.return_problem(world)
+                    if image.return_refusal is None:
+                        # glibc turns the shadow stack on during start-up: checked again at
+                        # every transaction, and hooks already placed are taken back
+                        image.return_refusal = safety.return_problem(world)
+                        if image.return_refusal is not None:
+                            self.notes.append(image.return_refusal)
+                            self.installer.drop_return_hooks(world, image)
                 blocked = self.installer.install(world, image)
                 if image.family is not None:
                     with self.lock:
