@@ -460,9 +460,13 @@ def kprobe_printer(event_type: EventType) -> Printer:
 def function_printer(event_type: EventType) -> BodyTemplate | Printer:
     """`trace_fn_trace`: `func <-parent` (no event name), symbols as `%ps`; a kernel_stack
     record (func_stack_trace) as `trace_stack_print` does: `<stack trace>` then ` => caller`
-    lines up to the end of the record or ULONG_MAX."""
+    lines up to the end of the record or ULONG_MAX; a user_stack record (userstacktrace) as
+    `trace_user_stack_print` does without sym-userobj: `<user stack trace>` then
+    ` =>  <%016lx>` lines up to the first zero."""
     if event_type.name == "kernel_stack":
         return _stack_lines
+    if event_type.name == "user_stack":
+        return _user_stack_lines
     user_calls = getattr(event_type.format, "call_text", None)
     if user_calls is not None:  # the user-space function tracer: the program's own symbols
         return user_calls  # type: ignore[no-any-return]
@@ -513,6 +517,16 @@ def _stack_lines(e: Event) -> str:
             lines.append(" => [FTRACE TRAMPOLINE]")
         else:
             lines.append(" => " + (print_symbol(address, offset=False) if address else "0"))
+    return "\n".join(lines)
+
+
+def _user_stack_lines(e: Event) -> str:
+    raw = e.args[-1]
+    lines = ["<user stack trace>"]
+    for (address,) in struct.iter_unpack("<Q", raw[: len(raw) // 8 * 8]):
+        if not address:
+            break
+        lines.append(f" =>  <{address:016x}>")
     return "\n".join(lines)
 
 

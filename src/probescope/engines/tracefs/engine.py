@@ -159,6 +159,10 @@ class TracefsEngine:
                 self.options.buffer_size_kb or _default_buffer_kb(len(instance.cpus()))
             )
             specs = self._session_specs(dynamic)
+            if self._user_stacks(specs):
+                # After each event the kernel records the user stack (frame pointers): a
+                # `user_stack` record, printed `<user stack trace>` then ` =>  <address>`.
+                instance.set_option("userstacktrace", True)
             self._install(tracefs, specs)
             self._decoder = self._build_decoder(instance, specs, tracepoints, bool(functions))
             pids = list(target.pids)
@@ -279,6 +283,12 @@ class TracefsEngine:
             decoder.add_event(event_format, probe=spec, event_type=self._types[spec.event_name])
         for plan in tracepoints:
             decoder.add_event(plan.format, kind=ProbeKind.TRACEPOINT, group=plan.system)
+        if self._user_stacks(specs):
+            decoder.add_event(
+                _open_tail(instance, "user_stack", "caller"),
+                kind=ProbeKind.FUNCTION,
+                group="ftrace",
+            )
         if functions:
             function_format = parse_event_format(
                 instance.read("events/ftrace/function/format"), system="ftrace"
@@ -291,6 +301,10 @@ class TracefsEngine:
                     group="ftrace",
                 )
         return decoder
+
+    def _user_stacks(self, specs: Sequence[ProbeSpec]) -> bool:
+        """User stacks were asked for and the session has user-space probes to take them at."""
+        return self.options.user_stack and any(spec.kind.is_user for spec in specs)
 
     @staticmethod
     def _enable_tracepoints(instance: Instance, plans: list[TracepointPlan]) -> None:
