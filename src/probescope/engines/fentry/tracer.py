@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from probescope.engines.fentry import execs, safety
 from probescope.engines.fentry import restore as restoring
-from probescope.engines.fentry import safety
 from probescope.engines.fentry.area import F_DLOPEN, F_EXEC, MAGIC, Owner
 from probescope.engines.fentry.catalog import Catalog
 from probescope.engines.fentry.image import Family, Image, Installer
@@ -38,9 +38,6 @@ from probescope.system.maps import read_maps
 
 _RETRIES = 50
 _CHECK_INTERVAL = 0.05
-_EXEC_WAIT = 10.0
-_SYSCALL_STOP = 0x80 | signal.SIGTRAP
-_SYS_EXECVE, _SYS_EXECVEAT = 59, 322
 _ESRCH = 3
 _sessions = itertools.count(1)
 ACTIVE_SESSIONS: set[int] = set()  # this process's live tracers (their areas are not leftovers)
@@ -304,84 +301,18 @@ class FentryTracer:
         )
 
     def _follow_exec(self, family: Family, request: Request) -> None:
-        """Stop the process, let the thread that asked run on under PTRACE_SYSCALL, and set
+        """Stop the process, let the thread that asked go on into its exec (execs.py), and set
         the new image up at its exec stop (or let everything go if execve fails)."""
-        pid = request.pid
-        world = StoppedProcess(pid, EXEC_OPTIONS).stop()
+        world = StoppedProcess(request.pid, EXEC_OPTIONS).stop()
         self.counters.transactions += 1
-        requester = world.threads.get(request.tid)
         family.ring.acknowledge(request)
-        if requester is None:
-            world.release()
-            return
-        try:
-            for thread in world.threads.values():
-                if thread is requester:
-                    syscalls.ptrace(0x18, thread.tid, 0, thread.pending_signal)  # PTRACE_SYSCALL
-                elif not thread.group_stop:
-                    syscalls.cont(thread.tid, thread.pending_signal)
-                else:
-                    syscalls.listen(thread.tid)
-                thread.pending_signal = 0
-                thread.running = True
-        except PtraceError:
-            world.release()
-            raise
-        self._await_exec(world, requester.tid)
+        outcome = execs.follow(world, request.tid)
+        if outcome is None:
+            self.notes.append(f"process {world.pid}: an announced exec did not happen in time")
+        elif outcome is not False:
+            self._exec_happened(world, outcome)
 
-    def _await_exec(self, world: StoppedProcess, tid: int) -> None:
-        deadline = time.monotonic() + _EXEC_WAIT
-        in_exec_call = False
-        while time.monotonic() < deadline:
-            got = _wait_any(world)
-            if got is None:
-                time.sleep(0.0005)
-                continue
-            who, status = got
-            thread = world.threads.get(who)
-            if not syscalls.stopped(status):
-                world.threads.pop(who, None)
-                if who == tid or not world.threads:
-                    world.release()
-                    return
-                continue
-            if thread is None:
-                continue
-            event = syscalls.stop_event(status)
-            sig = syscalls.stop_signal(status)
-            if event == syscalls.PTRACE_EVENT_EXEC:
-                self._exec_happened(world, who, status)
-                return
-            if who == tid and status >> 8 == _SYSCALL_STOP:
-                thread.regset.fetch(who)
-                number = int(thread.regs.orig_rax)
-                if number in (_SYS_EXECVE, _SYS_EXECVEAT):
-                    if in_exec_call:  # the exit of a failed execve
-                        world.release()
-                        return
-                    in_exec_call = True
-                syscalls.ptrace(0x18, who, 0, 0)
-                continue
-            resume_signal = sig if event == 0 and sig != signal.SIGTRAP else 0
-            try:
-                if event == syscalls.PTRACE_EVENT_STOP and sig in (
-                    signal.SIGSTOP,
-                    signal.SIGTSTP,
-                    signal.SIGTTIN,
-                    signal.SIGTTOU,
-                ):
-                    syscalls.listen(who)
-                elif who == tid:
-                    syscalls.ptrace(0x18, who, 0, resume_signal)
-                else:
-                    syscalls.cont(who, resume_signal)
-            except PtraceError as error:
-                if syscalls.ptrace_errno(error) != _ESRCH:
-                    raise
-        self.notes.append(f"process {world.pid}: an announced exec did not happen in time")
-        _stop_and_release(world)
-
-    def _exec_happened(self, world: StoppedProcess, who: int, status: int) -> None:
+    def _exec_happened(self, world: StoppedProcess, status: int) -> None:
         """The process completed an exec: set its new image up while its only thread is still
         held at the exec stop (it reports with tid == tgid), before any of it runs."""
         pid = world.pid
@@ -605,34 +536,3 @@ def _processes_mapping(names: list[str]) -> set[int]:
         if any(name in text for name in names):
             found.add(int(entry))
     return found
-
-
-def _wait_any(world: StoppedProcess) -> tuple[int, int] | None:
-    for tid in list(world.threads):
-        try:
-            got, status = os.waitpid(tid, os.WNOHANG | syscalls.WALL)
-        except ChildProcessError:
-            world.threads.pop(tid, None)
-            continue
-        if got:
-            return got, status
-    if not world.threads:
-        return (world.pid, 0)
-    return None
-
-
-def _stop_and_release(world: StoppedProcess) -> None:
-    for thread in world.threads.values():
-        try:
-            syscalls.interrupt(thread.tid)
-        except PtraceError:
-            pass
-    deadline = time.monotonic() + 1.0
-    pending = set(world.threads)
-    while pending and time.monotonic() < deadline:
-        got = _wait_any(world)
-        if got is None:
-            time.sleep(0.0005)
-            continue
-        pending.discard(got[0])
-    world.release()
