@@ -12,7 +12,8 @@ and bpftrace need it; without root those peers are skipped).
      -mnop-mcount` build (a 5-byte nop at the entry: an fentry nop site, which Linux 6.18
      optimizes into a call for its own uprobes);
    - the kernel's uprobe through tracefs (a private instance) on both sites;
-   - BPF: the bpf engine when this tree has it, else bpftrace `count()` on the same uprobe;
+   - BPF: the bpf engine (same probe, its records into a BPF ring buffer) and bpftrace
+     `count()` on the same uprobe;
    - the ptrace engine (far fewer hits: ~20 µs each);
    - uftrace 0.13 recording a `-pg` build of the same program (`-F hit`).
    Each fentry run checks that every hit was recorded (0 lost: the ring holds them all and is
@@ -258,6 +259,29 @@ def fentry_run(program: Path, specs: list[str], calls: int, expect_events: int) 
     return loop_ns(text)
 
 
+def bpf_run(program: Path, specs: list[str], calls: int) -> float | None:
+    """The program's loop under the bpf engine (uprobe_multi, records into a BPF ring buffer)."""
+    from probescope.engines.registry import BY_NAME, availability, create_engine
+
+    if not availability(BY_NAME["bpf"]).ok:
+        return None
+    engine = create_engine("bpf")
+    probes = Session(specs).probes
+    with tempfile.TemporaryFile("w+") as out:
+        saved = os.dup(1)
+        os.dup2(out.fileno(), 1)
+        try:
+            engine.attach(probes, Target(command=(str(program), str(calls), str(ROUNDS))))
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        for _ in engine.events():
+            pass
+        engine.detach()
+        out.seek(0)
+        return loop_ns(out.read())
+
+
 def ptrace_run(program: Path, specs: list[str], calls: int) -> float:
     engine = PtraceEngine()
     probes = Session(specs).probes
@@ -455,6 +479,9 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                 name = f"kernel uprobe ({site} site)"
                 instructions[site] = first_instruction(program)
                 row[name] = _minus(median(kernel.run, [str(program), *argv]), baseline)
+            row[f"bpf engine entry ({site} site)"] = _minus(
+                median(bpf_run, program, entry, calls), baseline
+            )
             if not args.quick:
                 row[f"bpftrace count() ({site} site)"] = _minus(
                     median(bpftrace_run, program, [str(program), *argv]), baseline
