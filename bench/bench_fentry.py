@@ -526,11 +526,13 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         ("fentry, nop sites", nops, FentryEngine),
         ("ptrace engine (int3)", detours, PtraceEngine),
     ):
+        first = attach_detach(factory, program, 1000)
         samples = [attach_detach(factory, program, 1000) for _ in range(runs)]
         attach = statistics.median(s[0] for s in samples)
         detach = statistics.median(s[1] for s in samples)
         print(
-            f"{label:30} attach {attach:7.3f}  detach {detach:7.3f}  total {attach + detach:7.3f}"
+            f"{label:22} first: attach {first[0]:6.3f} detach {first[1]:6.3f} | then: attach "
+            f"{attach:6.3f} detach {detach:6.3f} total {attach + detach:6.3f}"
         )
     print(
         "(first: the functions are planned — decoded, refusal rules checked; then: plans kept "
