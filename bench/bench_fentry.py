@@ -541,9 +541,9 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
 
     print("\n3. sustained drain into jsonl (probescope trace -f jsonl -o FILE), 3 s per rate\n")
     rates = (
-        [100_000, 250_000, 500_000, 1_000_000]
+        [100_000, 200_000, 400_000, 1_000_000]
         if args.quick
-        else [100_000, 250_000, 500_000, 750_000, 1_000_000, 1_500_000, 2_000_000]
+        else [100_000, 150_000, 200_000, 250_000, 300_000, 500_000, 1_000_000, 2_000_000]
     )
     best = 0
     for rate in rates:
