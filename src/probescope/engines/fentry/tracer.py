@@ -406,14 +406,15 @@ class FentryTracer:
     # Detach
 
     def _restore_process(self, pid: int) -> None:
-        """Restore one process; while a thread runs inside a stub, let it out and try again
-        (sites and return addresses are restored at the first try; only the unmapping waits)."""
+        """Restore one process — our areas and what a killed session left that could not be
+        unmapped at attach; while a thread runs inside a stub, let it out and try again (sites
+        and return addresses are restored at the first try; only the unmapping waits)."""
         for attempt in range(_RETRIES):
             try:
                 with StoppedProcess(pid).stop() as world:
                     self.counters.transactions += 1
                     report = restoring.restore(
-                        world, self.installer.injector, lambda h: _owned_by(h, self.owner)
+                        world, self.installer.injector, lambda h: not _live_owner(h, self.owner)
                     )
             except (ProcessGone, PtraceError) as error:
                 if _alive(pid):
