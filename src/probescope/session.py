@@ -17,6 +17,7 @@ from typing import Any
 
 from probescope.engines.base import Engine, EngineOptions, EngineStats, Target
 from probescope.engines.registry import create_engine
+from probescope.engines.tracefs.kernel_context import read_kernel_context
 from probescope.errors import ProbescopeError
 from probescope.events import Event, EventBatch
 from probescope.language.arch import Arch
@@ -25,6 +26,7 @@ from probescope.language.resolved import ResolvedProbe
 from probescope.sinks.base import Sink
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
+from probescope.traceevent.context import KernelContext
 
 _TYPE = operator.attrgetter("type")
 
@@ -147,7 +149,8 @@ class Session:
 
     or, writing to sinks until the end with teardown and signals handled:
 
-        summary = Session(["c:malloc"], command=["ls"]).run([open_sink("text", sys.stdout)])
+        session = Session(["c:malloc"], command=["ls"])
+        summary = session.run([open_sink("text", sys.stdout, context=session.kernel_context())])
 
     Specs may be text in either form or parsed values. `engine` is `auto`, `tracefs` or
     `ptrace`; `command` starts a program with the probes already armed (the session ends with
@@ -200,6 +203,17 @@ class Session:
         self._started = 0.0
         self._closed = False
         self.end_reason = "end"
+        self._kernel_context: KernelContext | None = None
+
+    def kernel_context(self) -> KernelContext:
+        """What printing this session's events needs from the running kernel (its symbols, BTF
+        types and printk strings as far as the probes' kinds need them, its release's printing
+        facts), read on first use — before tracing starts, so the first batch does not wait
+        for it. Give it to the sinks: `open_sink("text", out, context=session.kernel_context())`."""
+        if self._kernel_context is None:
+            kinds = {probe.kind for probe in self.probes}
+            self._kernel_context = read_kernel_context(self.kernel, kinds)
+        return self._kernel_context
 
     def on(self, spec: str | Spec, handler: Handler) -> None:
         """Run `handler(ctx)` synchronously at each hit of `spec`, while the thread is stopped

@@ -131,7 +131,7 @@ def record_both(
     options = EngineOptions(clock=clock, function_stack=function_stack, user_stack=user_stack)
     session = Session(specs, engine="tracefs", pids=[proc.pid], options=options)
     out = io.BytesIO()
-    sink = open_sink("text", out)
+    sink = open_sink("text", out, context=session.kernel_context())
     try:
         session.start()
         engine = session.engine

@@ -111,10 +111,7 @@ def run(args: argparse.Namespace) -> int:
         stream: IO[Any] = sys.stdout
         if args.output:
             stream = stack.enter_context(open(args.output, "w"))
-        sink = open_sink(args.format, stream)
-        prepare = getattr(sink, "prepare", None)
-        if prepare is not None:
-            prepare({probe.kind for probe in session.probes})
+        sink = open_sink(args.format, stream, context=session.kernel_context())
         summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
         print_summary(summary, sys.stderr)

@@ -374,8 +374,8 @@ class BpfEngine:
         if not target.follow_children:
             return
         try:
-            from probescope.engines.tracefs.format import parse_event_format
             from probescope.engines.tracefs.tracefs import Tracefs
+            from probescope.traceevent.format import parse_event_format
 
             tracefs = Tracefs.discover()
             fork, exit_format = (

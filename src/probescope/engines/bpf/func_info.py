@@ -11,13 +11,8 @@ function.
 
 from __future__ import annotations
 
-import ctypes
 import struct
 from collections.abc import Sequence
-
-from probescope.engines.bpf import syscall
-from probescope.engines.bpf.abi import Command
-from probescope.errors import BpfError
 
 BTF_MAGIC = 0xEB9F
 BTF_KIND_INT = 1
@@ -49,23 +44,6 @@ def function_btf(names: Sequence[str]) -> bytes:
         types += struct.pack("<III", name(function), (BTF_KIND_FUNC << 24) | BTF_FUNC_STATIC, 2)
     header = struct.pack("<HBBIIIII", BTF_MAGIC, 1, 0, 24, 0, len(types), len(types), len(strings))
     return header + bytes(types) + bytes(strings)
-
-
-def load_btf(blob: bytes) -> int:
-    """BPF_BTF_LOAD: the blob's file descriptor (the kernel's log in the error when refused)."""
-    log = ctypes.create_string_buffer(1 << 16)
-    attr = syscall.Attr()
-    attr.pointer(0, blob)
-    attr.pointer(8, log)
-    attr.u32(16, len(blob))
-    attr.u32(20, len(log))
-    attr.u32(24, 1)
-    try:
-        return syscall.bpf(Command.BTF_LOAD, attr, "loading the programs' BTF")
-    except BpfError as error:
-        raise BpfError(
-            f"{error.message}: {log.value.decode(errors='replace').strip()}", errno=error.errno
-        ) from None
 
 
 def func_info_records(starts: Sequence[int]) -> bytes:

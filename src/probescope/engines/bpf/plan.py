@@ -32,12 +32,12 @@ from probescope.engines.bpf.record import (
 )
 from probescope.engines.bpf.strings import ScratchLayout
 from probescope.engines.bpf.tracepoints import TRACEPOINT_SCRATCH_SIZE, TracepointCode
-from probescope.engines.tracefs.format import EventFormat
 from probescope.errors import BpfError, SpecError, SpecErrors
 from probescope.events import EventType
 from probescope.language.event_names import first_free
 from probescope.language.model import ProbeSpec
 from probescope.language.resolved import ResolvedProbe
+from probescope.traceevent.format import EventFormat
 
 SPECIAL_FIELDS: dict[str, FieldPlace] = {
     "comm": FixedString(OFF_COMM, COMM_SIZE),

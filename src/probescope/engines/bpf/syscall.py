@@ -31,6 +31,7 @@ from probescope.engines.bpf.abi import (
     ProgLoadAttr,
     ProgramType,
 )
+from probescope.engines.bpf.func_info import FUNC_INFO_RECORD, func_info_records, function_btf
 from probescope.errors import BpfError, VerifierError
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -208,6 +209,23 @@ def map_lookup_batch(
 # -- programs -----------------------------------------------------------------------------------
 
 
+def load_btf(blob: bytes) -> int:
+    """BPF_BTF_LOAD: the blob's file descriptor (the kernel's log in the error when refused)."""
+    log = ctypes.create_string_buffer(1 << 16)
+    attr = Attr()
+    attr.pointer(0, blob)
+    attr.pointer(8, log)
+    attr.u32(16, len(blob))
+    attr.u32(20, len(log))
+    attr.u32(24, 1)
+    try:
+        return bpf(Command.BTF_LOAD, attr, "loading the programs' BTF")
+    except BpfError as error:
+        raise BpfError(
+            f"{error.message}: {log.value.decode(errors='replace').strip()}", errno=error.errno
+        ) from None
+
+
 def prog_load(
     program_type: ProgramType,
     instructions: bytes,
@@ -225,13 +243,6 @@ def prog_load(
     btf_fd = -1
     records = b""
     if len(functions) > 1:
-        from probescope.engines.bpf.func_info import (
-            FUNC_INFO_RECORD,
-            func_info_records,
-            function_btf,
-            load_btf,
-        )
-
         btf_fd = load_btf(function_btf([f"f{i}" for i in range(len(functions))]))
         records = func_info_records(functions)
     try:

@@ -54,9 +54,9 @@ from probescope.engines.bpf.record import (
     OFF_RET_IP,
     OFF_TIMESTAMP,
 )
-from probescope.engines.tracefs.format import EventFormat, FormatField
 from probescope.events import EventType
 from probescope.language.model import ArgType, ProbeKind
+from probescope.traceevent.format import EventFormat, FormatField
 
 MAX_TRACE_SIZE = 8192
 """PERF_MAX_TRACE_SIZE: no tracepoint record handed to a program is longer."""
