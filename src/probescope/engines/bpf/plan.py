@@ -121,13 +121,7 @@ def plan_uprobes(
         if event_type is None:
             name = first_free(spec.event_name, used)
             used.add(name)
-            event_type = names[key] = EventType(
-                group=spec.group_name,
-                name=name,
-                kind=probe.kind,
-                arg_names=tuple(a.name for a in spec.args),
-                arg_types=tuple(a.type for a in spec.args),
-            )
+            event_type = names[key] = EventType.of_probe(spec, probe.kind, name=name)
         event_types[index] = event_type
     if errors:
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)

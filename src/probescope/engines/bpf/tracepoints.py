@@ -56,7 +56,8 @@ from probescope.engines.bpf.record import (
 )
 from probescope.events import EventType
 from probescope.language.model import ArgType, ProbeKind
-from probescope.traceevent.format import EventFormat, FormatField
+from probescope.traceevent.event_layout import INT_CODES, FieldValue, event_layout
+from probescope.traceevent.format import EventFormat
 
 MAX_TRACE_SIZE = 8192
 """PERF_MAX_TRACE_SIZE: no tracepoint record handed to a program is longer."""
@@ -200,68 +201,12 @@ def build_exit_program(exit_format: EventFormat, pids_fd: int) -> ProgramImage:
 
 # -- decoding -------------------------------------------------------------------------------------
 
-_CHARS = tuple(bytes([b]).decode("utf-8", "surrogateescape") for b in range(256))
-_INT = {(1, False): "B", (2, False): "H", (4, False): "I", (8, False): "Q"}
-_INT.update({(size, True): code.lower() for (size, _), code in list(_INT.items())})
-
-
-@dataclass(frozen=True)
-class _Field:
-    field: FormatField
-    kind: str  # int, ints, string, text (char[N]), bytes
-    size: int = 0
-    count: int = 0
-
-
 def tracepoint_event_type(fmt: EventFormat, system: str) -> tuple[EventType, tuple[Any, ...]]:
-    """The EventType of a tracepoint's events (argument names and types as the tracefs
-    engine's decoder gives them) and the plan that decodes its fields."""
-    names: list[str] = []
-    types: list[ArgType] = []
-    plan: list[_Field] = []
-    for field in fmt.fields:
-        element = field.element_type
-        if field.is_dynamic:
-            if element.endswith("char"):
-                plan.append(_Field(field, "string"))
-                types.append(ArgType(field.type, "string", 4, False))
-            else:
-                plan.append(_Field(field, "bytes"))
-                types.append(ArgType(field.type, "bytes", field.size, False))
-        elif field.is_array:
-            length = field.array_length
-            if element in ("char", "signed char", "unsigned char") and field.size == (length or 0):
-                plan.append(_Field(field, "text"))
-                types.append(ArgType(f"{element}[{length}]", "string", field.size, False))
-            elif length and field.size % length == 0 and field.size // length in (1, 2, 4, 8):
-                size = field.size // length
-                plan.append(_Field(field, "ints", size, length))
-                types.append(_int_type(field.type, size, field.signed, length))
-            else:
-                plan.append(_Field(field, "bytes"))
-                types.append(ArgType(field.type, "bytes", field.size, False))
-        elif field.size in (1, 2, 4, 8):
-            plan.append(_Field(field, "int", field.size))
-            types.append(_int_type(field.type, field.size, field.signed, 0))
-        else:
-            plan.append(_Field(field, "bytes"))
-            types.append(ArgType(field.type, "bytes", field.size, False))
-        names.append(field.name)
-    event_type = EventType(
-        group=system,
-        name=fmt.name,
-        kind=ProbeKind.TRACEPOINT,
-        arg_names=tuple(names),
-        arg_types=tuple(types),
-        system=system,
-        fields=tuple(f.name for f in fmt.fields),
-        format=fmt,
-    )
-    return event_type, tuple(plan)
-
-
-def _int_type(name: str, size: int, signed: bool, count: int) -> ArgType:
-    return ArgType(name, f"{'s' if signed else 'u'}{size * 8}", size, signed, count=count)
+    """The EventType of a tracepoint's events and the fields its decoder reads — the trace-event
+    layer's own layout of the record (traceevent.event_layout), so both engines type a
+    tracepoint's fields by one rule."""
+    layout = event_layout(fmt, system, None, ProbeKind.TRACEPOINT, None)
+    return layout.event_type, tuple(zip(layout.values, layout.event_type.arg_types, strict=True))
 
 
 def compile_tracepoint_decoder(
@@ -269,21 +214,21 @@ def compile_tracepoint_decoder(
 ) -> Callable[[bytes, int, int], tuple[Any, ...]]:
     """(span, record start, record length) → the field values, as the tracefs engine gives
     them (strings without their NUL, None for an empty `__data_loc`)."""
-    fields: tuple[_Field, ...] = plan
+    fields: tuple[tuple[FieldValue, ArgType], ...] = plan
 
     def decode(span: bytes, start: int, length: int) -> tuple[Any, ...]:
         base = start + HEADER_SIZE
         end = start + length
         values: list[Any] = []
-        for item in fields:
+        for item, arg_type in fields:
             field = item.field
             at = base + field.offset
-            if item.kind == "int":
-                values.append(struct.unpack_from(_INT[(item.size, field.signed)], span, at)[0])
-            elif item.kind == "ints":
-                code = _INT[(item.size, field.signed)] * item.count
+            if item.kind == "int" and not item.count:
+                values.append(struct.unpack_from(INT_CODES[(item.size, field.signed)], span, at)[0])
+            elif item.kind == "int":
+                code = INT_CODES[(item.size, field.signed)] * item.count
                 values.append(struct.unpack_from("<" + code, span, at))
-            elif item.kind == "text":
+            elif item.kind == "bytes" and arg_type.is_string:  # char[N]: text up to its NUL
                 raw = span[at : at + field.size].split(b"\0", 1)[0]
                 values.append(raw.decode("utf-8", "surrogateescape"))
             elif item.kind == "string":
