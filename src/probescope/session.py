@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from probescope.engines.base import Engine, EngineOptions, EngineStats, Target
 from probescope.engines.registry import create_engine
-from probescope.engines.tracefs.kernel_context import read_kernel_context
 from probescope.errors import ProbescopeError
 from probescope.events import Event, EventBatch
 from probescope.language.arch import Arch
@@ -26,7 +25,9 @@ from probescope.language.resolved import ResolvedProbe
 from probescope.sinks.base import Sink
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
-from probescope.traceevent.context import KernelContext
+
+if TYPE_CHECKING:
+    from probescope.traceevent.context import KernelContext
 
 if TYPE_CHECKING:
     from probescope.record.recorder import RawRecorder
@@ -215,6 +216,9 @@ class Session:
         for it. Give it to the sinks: `open_sink("text", out, context=session.kernel_context())`."""
         if self._kernel_context is None:
             kinds = {probe.kind for probe in self.probes}
+            # Imported on first use: `trace --dry-run` and the API without sinks never need it.
+            from probescope.engines.tracefs.kernel_context import read_kernel_context
+
             self._kernel_context = read_kernel_context(self.kernel, kinds)
         return self._kernel_context
 

@@ -9,9 +9,6 @@ import shlex
 import sys
 from typing import IO, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from probescope.engines.base import EngineOptions
 from probescope.engines.registry import ENGINE_CHOICES
 from probescope.session import Session, Summary
@@ -152,6 +149,9 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
 
 
 def print_summary(summary: Summary, stream: IO[str]) -> None:
+    from rich.console import Console  # only once the session is over: not on its start-up path
+    from rich.table import Table
+
     console = Console(file=stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
     hits_title = summary.stats.hits_title if summary.stats else None
