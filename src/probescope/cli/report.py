@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from typing import IO, Any
 
@@ -42,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
                     sink.write_batch(batch)
                     events += len(batch.events)
                     lost += max(batch.lost, 0)
+        except BrokenPipeError:  # `probescope report FILE | head`: the reader had enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         finally:
             with contextlib.suppress(BrokenPipeError):
                 sink.close()
