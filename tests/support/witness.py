@@ -17,6 +17,7 @@ from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.session import Session
 from probescope.sinks.base import open_sink
 from probescope.system.kernel import RunningKernel
+from probescope.traceevent.format import parse_saved_cmdlines
 
 _TIMESTAMP = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
 _NEED_RESCHED = re.compile(r"(?<=\] )(.)[.NnpBLbl](?=\S{3} )")
@@ -58,6 +59,28 @@ def unknown_comms_as_kernel(ours: list[str], kernel: list[str]) -> list[str]:
             line = f"{'<...>':>16}-{match.group(2)}" + line[match.end(2) :]
         result.append(line)
     return result
+
+
+def stale_comms_as_kernel(ours: list[str], kernel: list[str], saved: dict[int, str]) -> list[str]:
+    """Where the kernel printed, for a pid, the name `saved_cmdlines` held for it when `trace`
+    was read (`saved`) and ours names the task otherwise, print ours the kernel's way. The
+    kernel refreshes a pid's entry only at a CPU's next sched_switch after an event (and skips
+    it when the cmdline lock is contended), so an entry left by an earlier task that had the
+    same pid (pid reuse, common in a long test run) can outlive the new task's events."""
+    head = re.compile(r"^\s*(.*)-(\d+)\s+\[")
+    result = []
+    for line, theirs in zip(ours, kernel, strict=False):
+        mine, other = head.match(line), head.match(theirs)
+        if (
+            mine
+            and other
+            and mine.group(2) == other.group(2)
+            and mine.group(1) != other.group(1)
+            and saved.get(int(other.group(2))) == other.group(1)
+        ):
+            line = theirs[: other.end(2)] + line[mine.end(2) :]
+        result.append(line)
+    return result + ours[len(result) :]
 
 
 def renamed_as_kernel(ours: list[str], kernel: list[str]) -> list[str]:
@@ -142,6 +165,7 @@ def record_both(
             proc.stdin.close()
             for batch in session.batches(duration=60):
                 sink.write_batch(batch)
+            saved = parse_saved_cmdlines(Tracefs.discover().read("saved_cmdlines"))
             expected = trace_lines(instance)
     finally:
         session.close()
@@ -149,4 +173,4 @@ def record_both(
             proc.kill()
         proc.wait()
     ours = out.getvalue().decode("utf-8", "surrogateescape").splitlines()
-    return unknown_comms_as_kernel(ours, expected), expected
+    return stale_comms_as_kernel(unknown_comms_as_kernel(ours, expected), expected, saved), expected
