@@ -12,8 +12,9 @@ import signal
 from collections.abc import Sequence
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import rendezvous, restoring, returns, syscalls, xol
+from probescope.engines.ptrace import rendezvous, restoring, returns, syscalls
 from probescope.engines.ptrace.breakpoints import Installer
+from probescope.engines.ptrace.dead_mans_switch import GuardedInjector
 from probescope.engines.ptrace.fetch import FetchContext
 from probescope.engines.ptrace.tracee import (
     AddressSpace,
@@ -46,7 +47,7 @@ class TracerState:
         self.processes: dict[int, AddressSpace] = {}
         self.orphan_stops: dict[int, int] = {}
         self.unfollowed: set[int] = set()  # fork children to restore and let go
-        self.injector = xol.SyscallInjector()
+        self.injector = GuardedInjector()
         self.counters = Counters()
         self.installer = Installer(self.sites, options, self.counters, self.injector)
         self.out: list[Event] = []
@@ -62,6 +63,10 @@ class TracerState:
         self._siginfo = syscalls.SigInfo()
         self._waiter: InterruptibleWait | None = None
         self._fetch = FetchContext(arch.Registers(), None)  # type: ignore[arg-type]
+
+    def _live_returns(self, process: AddressSpace) -> set[int]:
+        """The stack slots of every return still pending in the address space."""
+        return {i.stack for t in self.threads.values() if t.process is process for i in t.shadow}
 
     def _trapped_by_int3(self, tid: int) -> bool:
         info = syscalls.get_siginfo(tid, self._siginfo)
@@ -105,6 +110,7 @@ class TracerState:
         process.trampoline = parent.trampoline
         process.semaphores = dict(parent.semaphores)
         process.return_refusal = parent.return_refusal
+        process.switch = None if parent.switch is None else parent.switch.copy()
         if parent.rendezvous is not None:
             process.rendezvous = rendezvous.Rendezvous(
                 parent.rendezvous.r_brk, parent.rendezvous.r_debug, parent.rendezvous.objects
@@ -257,6 +263,7 @@ class TracerState:
             return
         self.tracer_affinity = mine
         self.cpu = cpu
+        self.installer.pinned_cpu = cpu
 
     def _pin_thread(self, thread: Thread, original: set[int] | None) -> None:
         if self.cpu is None:
