@@ -60,9 +60,14 @@ def _tracer_of(pid: int) -> int:
     return -1
 
 
-def _one_run(path: Path, early: bool, startup: list[float], tally: Tally, rng: random.Random):
+def _one_run(
+    path: Path, early: bool, blocked: bool, startup: list[float], tally: Tally, rng: random.Random
+):
     program = subprocess.Popen(
-        [str(path), "4"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [str(path), "4", *(["blocked"] if blocked else [])],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     tracer = None
     try:
@@ -90,7 +95,7 @@ def _one_run(path: Path, early: bool, startup: list[float], tally: Tally, rng: r
         program.stdin.write("stop\n")
         program.stdin.flush()
         result = _readline(program.stdout, 120)
-        if result == "threads with a correct checksum: 4 of 4\n":
+        if result == "threads with a correct checksum: 4 of 4, signals 0\n":
             text = text_differences(program.pid, path)
             traced_by = _tracer_of(program.pid)
             program.stdin.write("exit\n")
@@ -116,7 +121,7 @@ def _one_run(path: Path, early: bool, startup: list[float], tally: Tally, rng: r
 def test_sigkill_of_probescope_at_random_moments(target):
     builds = [
         target("hammer.c", ("-O0", "-g", "-pthread")),
-        target("hammer.c", ("-O2", "-g", "-pthread"), output="hammer_o2"),
+        target("hammer.c", ("-O2", "-g", "-pthread"), output="hammer-O2"),
     ]
     seed = int(os.environ.get("PROBESCOPE_TEST_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
@@ -124,7 +129,7 @@ def test_sigkill_of_probescope_at_random_moments(target):
     tally = Tally()
     startup: list[float] = []
     for run in range(RUNS):
-        _one_run(builds[run % 2], run in early_runs, startup, tally, rng)
+        _one_run(builds[run % 2], run in early_runs, run % 4 >= 2, startup, tally, rng)
     print(f"\n{tally.line()} (seed {seed})")
     assert not tally.failures, tally.line() + "\n" + "\n".join(tally.failures)
     assert tally.survived == tally.restored == RUNS, tally.line()
@@ -132,15 +137,19 @@ def test_sigkill_of_probescope_at_random_moments(target):
 
 @pytest.mark.parametrize("optimize", ["-O0", "-O2"])
 @pytest.mark.parametrize("kind", ["entry", "return"])
-def test_sigkill_while_a_thread_is_stopped_in_a_hit(target, optimize, kind):
+@pytest.mark.parametrize("blocked", [False, True])
+def test_sigkill_while_a_thread_is_stopped_in_a_hit(target, optimize, kind, blocked):
     """The states a kill can catch, made certain: a handler holds a thread inside a hit not
-    yet served (on the entry's trap byte: `hlt` at -O0, int3s at -O2; or at the trampoline)
-    while the tracer process is SIGKILLed."""
+    yet served (on the entry's trap byte, or at the trampoline) while the tracer process is
+    SIGKILLed; the program's threads may block every signal."""
     path = target("hammer.c", (optimize, "-g", "-pthread"), output=f"hammer{optimize}")
     driver = Path(__file__).with_name("hold_driver.py")
     for _ in range(1):
         program = subprocess.Popen(
-            [str(path), "4"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [str(path), "4", *(["blocked"] if blocked else [])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert _readline(program.stdout, 10) == "running\n"
@@ -155,7 +164,9 @@ def test_sigkill_while_a_thread_is_stopped_in_a_hit(target, optimize, kind):
             time.sleep(0.2)
             program.stdin.write("stop\n")
             program.stdin.flush()
-            assert _readline(program.stdout, 120) == "threads with a correct checksum: 4 of 4\n"
+            assert _readline(program.stdout, 120) == (
+                "threads with a correct checksum: 4 of 4, signals 0\n"
+            )
             assert text_differences(program.pid, path) == []
             program.stdin.write("exit\n")
             program.stdin.flush()

@@ -52,6 +52,7 @@ class Attaching(TracerState):
         child.exec_error()
         thread.forget_comm()
         self.installer.prepare(thread, at_exec=True)
+        self._unblock_traps(thread)
         self._resume(thread)
         return child.pid
 
@@ -109,6 +110,7 @@ class Attaching(TracerState):
                 self._pin_thread(thread, None)
         self.installer.prepare(live[0], at_exec=False)
         for thread in live:
+            self._unblock_traps(thread)
             self._resume(thread)
 
     def _attach_error(self, pid: int, error: PtraceError) -> PtraceError:

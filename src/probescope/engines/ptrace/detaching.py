@@ -37,8 +37,7 @@ class Detaching(TracerState):
             self._stop_all()
             info = syscalls.SigInfo()
             for thread in list(self.threads.values()):
-                stop = self._stop_info(thread, info)
-                restoring.settle(thread, stop)
+                restoring.settle(thread, self._stop_info(thread, info))
             done: set[int] = set()
             for thread in list(self.threads.values()):
                 process = thread.process
@@ -55,6 +54,7 @@ class Detaching(TracerState):
                     restoring.release_areas(process, sharing, safe, self.injector)
             for thread in list(self.threads.values()):
                 self._restore_affinity(thread)
+                restoring.reblock(thread)
                 try:
                     syscalls.detach(thread.tid, thread.pending_signal)
                 except PtraceError:

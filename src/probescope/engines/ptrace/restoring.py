@@ -33,6 +33,7 @@ def settle(thread: Thread, info: syscalls.SigInfo | None) -> None:
             thread.regs.assign(thread.injection_regs)
             thread.injection_regs = None
             thread.regset.store(tid)
+            syscalls.set_sigmask(tid, thread.injection_mask)
             ours = True  # the stop of our injected system call's step
         thread.regset.fetch(tid)
     except PtraceError:
@@ -70,6 +71,17 @@ def settle(thread: Thread, info: syscalls.SigInfo | None) -> None:
         thread.regset.store(tid)
     if info is not None and signal_delivery(info) and not ours and not thread.pending_signal:
         thread.pending_signal = info.signo  # the program's own signal: it gets it
+
+
+def reblock(thread: Thread) -> None:
+    """Block again the signals we unblocked in the thread (tracer_state._unblock_traps)."""
+    if not thread.unblocked:
+        return
+    try:
+        syscalls.set_sigmask(thread.tid, syscalls.get_sigmask(thread.tid) | thread.unblocked)
+    except PtraceError:
+        return
+    thread.unblocked = 0
 
 
 def signal_delivery(info: syscalls.SigInfo) -> bool:

@@ -177,9 +177,11 @@ class Thread:
     """One traced thread."""
 
     __slots__ = (
-        "awaiting_first_stop", "comm", "comm_time", "group_stop", "injection_regs",
+        "awaiting_first_stop", "comm", "comm_time", "group_stop", "injection_mask",
+        "injection_regs",
         "pending_signal", "process", "regs", "regset", "running", "saved_affinity",
         "serving", "shadow", "shstk_checked", "silent", "step", "stop_status", "tgid", "tid",
+        "unblocked",
     )  # fmt: skip
 
     def __init__(self, tid: int, process: AddressSpace, tgid: int | None = None) -> None:
@@ -192,6 +194,7 @@ class Thread:
         self.shadow: list[ReturnInstance] = []
         self.step: StepInFlight | None = None
         self.injection_regs: arch.Registers | None = None
+        self.injection_mask = 0  # its blocked signals, while an injected syscall holds them
         self.pending_signal = 0
         self.group_stop = False
         self.comm = ""
@@ -201,6 +204,7 @@ class Thread:
         self.awaiting_first_stop = False
         self.stop_status = 0
         self.serving = False  # the stop it is in is one of our traps, being served
+        self.unblocked = 0  # signals we removed from its blocked mask (a bit per signal)
         self.shstk_checked = False
 
     def current_comm(self, max_age: float = 0.1) -> str:

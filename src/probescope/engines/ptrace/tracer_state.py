@@ -94,6 +94,7 @@ class TracerState:
             if not self.options.follow_children:
                 self.unfollowed.add(child)
         thread.saved_affinity = parent.saved_affinity
+        thread.unblocked = parent.unblocked  # its mask is a copy of its creator's
         thread.comm = parent.comm
         thread.awaiting_first_stop = True
         thread.running = True
@@ -125,7 +126,24 @@ class TracerState:
             self.unfollowed.discard(thread.tid)
             self._release_copy(thread)
             return
+        self._unblock_traps(thread)
         self._resume(thread)
+
+    def _unblock_traps(self, thread: Thread) -> None:
+        """The signals the dead man's switch handles must not be blocked in a thread: the
+        kernel forces a trap through a blocked mask by resetting the handler to the default.
+        The thread gets its mask back when we let it go."""
+        switch = thread.process.switch
+        if switch is None:
+            return
+        wanted = sum(1 << (s - 1) for s in switch.signals)
+        try:
+            mask = syscalls.get_sigmask(thread.tid)
+            if mask & wanted:
+                syscalls.set_sigmask(thread.tid, mask & ~wanted)
+                thread.unblocked |= mask & wanted
+        except PtraceError:
+            pass
 
     def _release_copy(self, thread: Thread) -> None:
         """A fork child we do not follow: put its copy of the text and stack back, let go."""
@@ -133,6 +151,7 @@ class TracerState:
         returns.restore(thread)
         restoring.restore_text(process, thread, self.counters.notes)
         restoring.restore_semaphores(process)
+        restoring.reblock(thread)
         self._restore_affinity(thread)
         try:
             syscalls.detach(thread.tid, thread.pending_signal)
@@ -178,6 +197,7 @@ class TracerState:
             self._forget_thread(thread)
             return
         self.installer.prepare(thread, at_exec=True)
+        self._unblock_traps(thread)
         self._resume(thread)
 
     def _on_exit(self, thread: Thread, status: int) -> None:
@@ -224,12 +244,14 @@ class TracerState:
             sig, thread.pending_signal = thread.pending_signal, 0
         if not sig and not thread.group_stop:
             err = syscalls.cont_quietly(thread.tid)
+            thread.serving = False
             if err and err != ESRCH:
                 raise PtraceError(
                     f"PTRACE_CONT on thread {thread.tid} failed: {syscalls.error_text(err)}"
                 )
             thread.running = True  # (ESRCH: killed meanwhile, its exit report will follow)
             return
+        thread.serving = False
         try:
             if thread.group_stop:
                 syscalls.listen(thread.tid)

@@ -28,6 +28,7 @@ _STACK_GUARD = 1 << 21
 _FAR_LOW = 0x200000000000
 _FAR_HIGH = 0x600000000000
 _FAR_GUARD = 1 << 20
+ALL_BUT_SIGTRAP = ((1 << 64) - 1) & ~(1 << (signal.SIGTRAP - 1))
 
 
 class SyscallInjector:
@@ -57,6 +58,11 @@ class SyscallInjector:
         call = saved.copy()
         arch.set_syscall(call, site, number, *args)
         done = site + len(arch.SYSCALL_INSTRUCTION)
+        # Signals wait while the thread runs the call: one taken meanwhile would have to be
+        # kept aside, and a thread can be given back only one. Not SIGTRAP: the kernel resets
+        # the handler of a trap it has to force through a blocked mask (the step's trap).
+        mask = thread.injection_mask = syscalls.get_sigmask(tid)
+        syscalls.set_sigmask(tid, ALL_BUT_SIGTRAP)
         self._lending(thread, done, saved)
         try:
             for _ in range(16):
@@ -92,6 +98,7 @@ class SyscallInjector:
             thread.regs.assign(saved)
             try:
                 thread.regset.store(tid)
+                syscalls.set_sigmask(tid, mask)
             except PtraceError:
                 pass  # still running the call: detach puts `injection_regs` back
             else:
