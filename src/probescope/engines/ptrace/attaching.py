@@ -19,7 +19,7 @@ class Attaching(TracerState):
     """spawn() and attach(): a program's first stop, or all threads of a process stopped."""
 
     def spawn(self, argv: Sequence[str]) -> int:
-        child = spawn.fork_held(argv)
+        child = spawn.fork_held(argv, die_with_tracer=True)
         try:
             syscalls.seize(child.pid)
         except PtraceError:
@@ -59,6 +59,8 @@ class Attaching(TracerState):
     def attach(self, pid: int) -> None:
         if not procfs.process_exists(pid):
             raise PtraceError(f"no process with pid {pid}")
+        if pid in self.processes and pid in self.threads:
+            return  # traced already (given twice, or a child of one given before)
         tracer = procfs.tracer_of(pid)
         if tracer:
             raise PtraceError(
