@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>).
-TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils
+# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, programs nobody
+# here wrote to trace: redis-server under redis-benchmark).
+TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils redis-server redis-tools
 # The QEMU test guest (tests/vm); its tests skip with a reason when these cannot be installed.
 VM_PACKAGES := qemu-system-x86 busybox-static cpio
 # Peers the benchmarks measure probescope against.

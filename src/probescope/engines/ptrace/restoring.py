@@ -27,7 +27,10 @@ def settle(thread: Thread, info: syscalls.SigInfo | None) -> None:
     registers, and `info`, the siginfo of the stop the thread is in now (None when it has
     none) — rather than trusting bookkeeping that an exception may have cut short."""
     tid = thread.tid
-    ours = thread.serving  # the tracer had taken this stop as one of its traps
+    trap = info is not None and info.code == syscalls.SI_KERNEL
+    # The tracer had taken this stop as one of its traps (the flag may lag by a resume: it
+    # counts only for a trap's stop, never for a signal sent to the program).
+    ours = thread.serving and trap
     try:
         if thread.injection_regs is not None:
             thread.regs.assign(thread.injection_regs)
@@ -49,7 +52,6 @@ def settle(thread: Thread, info: syscalls.SigInfo | None) -> None:
             thread.step = None
             stepping.fix_up(thread, step)
         changed = ours = True
-    trap = info is not None and info.code == syscalls.SI_KERNEL
     int3 = trap and info is not None and info.signo == signal.SIGTRAP
     rip = int(regs.rip)
     bp = process.trapped_at(rip)
