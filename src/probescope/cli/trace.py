@@ -9,9 +9,6 @@ import shlex
 import sys
 from typing import IO, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from probescope.engines.base import EngineOptions
 from probescope.engines.registry import ENGINE_CHOICES
 from probescope.session import Session, Summary
@@ -35,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PID",
         help="trace process PID, its threads and the children it creates (repeatable)",
     )
+    parser.add_argument(
+        "--children",
+        action="store_true",
+        help="with -p: also trace the processes PID already has (e.g. nginx's workers)",
+    )
     parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after this")
     parser.add_argument("-n", "--count", type=int, metavar="COUNT", help="stop after COUNT events")
     parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
@@ -46,15 +48,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="print the definitions that would be written"
     )
     parser.add_argument(
-        "--clock", default="mono", help="tracefs trace clock (mono matches CLOCK_MONOTONIC)"
+        "--clock",
+        default="mono",
+        help="trace clock (mono = CLOCK_MONOTONIC; the bpf engine reads mono or boot)",
     )
     parser.add_argument(
-        "--buffer-size", type=int, metavar="KB", help="tracefs ring buffer size per CPU"
+        "--buffer-size",
+        type=int,
+        metavar="KB",
+        help="ring buffer size per CPU (the bpf engine's one ring: this times the CPUs)",
     )
     parser.add_argument(
         "--filter",
         metavar="EXPR",
-        help="kernel filter for every tracepoint given without its own `if ...`",
+        help="kernel filter for every tracepoint given without its own `if ...` "
+        "(the bpf engine applies it to every uprobe too, in the program)",
     )
     parser.add_argument(
         "--all",
@@ -64,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stack",
         action="store_true",
-        help="record the kernel stack with every function-tracer event",
+        help="record the kernel stack with every function-tracer event and the user stack "
+        "with every uprobe event (tracefs engine)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
 
@@ -72,27 +81,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     kernel = RunningKernel.read()
     if args.dry_run:
+        notes: list[str] = []
         for probe in resolve_specs(
-            args.specs, pid=args.pid[0] if len(args.pid) == 1 else None, grammar=kernel.grammar
+            args.specs,
+            pid=args.pid[0] if len(args.pid) == 1 else None,
+            grammar=kernel.grammar,
+            notes=notes,
         ):
             print(probe.spec.definition())
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         return 0
     session = Session(
         args.specs,
         engine=args.engine,
         pids=args.pid,
+        existing_children=args.children,
         command=shlex.split(args.command) if args.command else None,
         options=engine_options(args),
         kernel=kernel,
     )
+    if not args.quiet:
+        for note in session.notes:
+            print(f"note: {note}", file=sys.stderr)
     with contextlib.ExitStack() as stack:
         stream: IO[Any] = sys.stdout
         if args.output:
             stream = stack.enter_context(open(args.output, "w"))
-        sink = open_sink(args.format, stream)
-        prepare = getattr(sink, "prepare", None)
-        if prepare is not None:
-            prepare({probe.kind for probe in session.probes})
+        sink = open_sink(args.format, stream, context=session.kernel_context())
         summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
         print_summary(summary, sys.stderr)
@@ -107,10 +123,14 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
         default_filter=args.filter,
         allow_all_functions=args.all,
         function_stack=args.stack,
+        user_stack=args.stack,
     )
 
 
 def print_summary(summary: Summary, stream: IO[str]) -> None:
+    from rich.console import Console  # only once the session is over: not on its start-up path
+    from rich.table import Table
+
     console = Console(file=stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
     hits_title = summary.stats.hits_title if summary.stats else None

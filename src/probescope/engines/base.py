@@ -41,10 +41,14 @@ class EngineOptions:
     """What a session asks of its engine beyond probes and target.
 
     `clock`: the trace clock (`mono` = CLOCK_MONOTONIC); `buffer_size_kb`: ring buffer per CPU;
-    `default_filter`: the filter of every tracepoint given without its own `if`;
+    `default_filter`: the filter of every tracepoint given without its own `if` (the bpf
+    engine applies it to uprobes too, evaluated in the program);
     `allow_all_functions`: let a function-tracer pattern select every kernel function;
-    `function_stack`: record the kernel stack with every function-tracer event. An engine whose
-    mechanism has no such knob (a ring buffer size means nothing to ptrace) ignores it.
+    `function_stack`: record the kernel stack with every function-tracer event; `user_stack`:
+    record the user stack with every uprobe event (the kernel's `userstacktrace`: it then
+    follows every event of the session). An engine whose mechanism has no such knob (a ring
+    buffer size means nothing to ptrace) ignores it; one that cannot record what is asked
+    (ptrace: user stacks) says so in `available()`.
     """
 
     clock: str = "mono"
@@ -52,6 +56,7 @@ class EngineOptions:
     default_filter: str | None = None
     allow_all_functions: bool = False
     function_stack: bool = False
+    user_stack: bool = False
 
 
 @dataclass

@@ -8,16 +8,15 @@ from another thread it asks the loop, which looks at least every 100 ms, and wai
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import signal
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
+from probescope.engines.exit_detach import detach_at_exit
 from probescope.engines.ptrace import availability
 from probescope.engines.ptrace.handlers import HitContext
 from probescope.engines.ptrace.sites import build_sites
@@ -55,7 +54,9 @@ class PtraceEngine:
         kernel: RunningKernel | None = None,
     ) -> None:
         # `options` (clock, ring buffer, kernel filters) have no knob here: the engine's clock is
-        # CLOCK_MONOTONIC already and it has no ring buffer; `kernel` it does not need.
+        # CLOCK_MONOTONIC already and it has no ring buffer; `kernel` it does not need. User
+        # stacks it cannot record: available() says so.
+        self._user_stack = options is not None and options.user_stack
         del options, kernel
         self._options = TracerOptions(pin_cpu=pin_cpu, emulate=emulate, single_step=single_step)
         self._handlers: dict[ResolvedProbe, list[Handler]] = {}
@@ -100,6 +101,12 @@ class PtraceEngine:
     # -- Engine protocol ---------------------------------------------------------------------
 
     def available(self) -> Availability:
+        if self._user_stack:
+            return Availability(
+                False,
+                "it records no user stacks (--stack)",
+                "the tracefs engine records them (root: the kernel's userstacktrace)",
+            )
         return availability.check()
 
     def on(self, probe: ResolvedProbe, handler: Handler) -> None:
@@ -125,7 +132,7 @@ class PtraceEngine:
         tracer = Tracer(self._sites, self._options)
         self._tracer = tracer
         self._owner = threading.get_ident()
-        _register_atexit(self)
+        detach_at_exit(self)
         try:
             if target.command is not None:
                 self._command = tracer.spawn(target.command)
@@ -272,26 +279,6 @@ def _signals_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-_live: weakref.WeakSet[PtraceEngine] = weakref.WeakSet()
-_atexit_registered = False
-
-
-def _register_atexit(engine: PtraceEngine) -> None:
-    global _atexit_registered
-    _live.add(engine)
-    if not _atexit_registered:
-        atexit.register(_detach_all)
-        _atexit_registered = True
-
-
-def _detach_all() -> None:
-    for engine in list(_live):
-        try:
-            engine.detach()
-        except Exception:  # best effort at interpreter exit
-            pass
 
 
 __all__ = ["HitContext", "PtraceEngine"]
