@@ -116,3 +116,28 @@ def test_chars_print_as_characters_in_text_and_json(target):
     first = json.loads(lines.stdout.splitlines()[0])
     assert first["args"] == {"c": "e", "s": ["e", "v", "e", "n"], "n": 0}
     assert os.path.basename(path) in first["comm"]
+
+
+def test_a_command_gets_sigterm_when_probescope_is_killed(build, tmp_path):
+    """As the README promises for every engine (PR_SET_PDEATHSIG); the dead man's switch
+    keeps the command from dying of our traps before that."""
+    ticker = build(TICKER, "ticker")
+    pidfile = tmp_path / "pid"
+    tracer = subprocess.Popen(
+        [*PROBESCOPE, "-c", f"{ticker} {pidfile}", f"{ticker}:tick i=arg1:s64"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert tracer.stdout.readline()
+        pid = int(pidfile.read_text())
+        tracer.kill()
+        tracer.wait(30)
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+            tracer.wait()

@@ -175,3 +175,66 @@ def test_sigkill_while_a_thread_is_stopped_in_a_hit(target, optimize, kind, bloc
             if program.poll() is None:
                 program.kill()
                 program.wait()
+
+
+# Reads numbers from stdin; for each, calls `step` and prints what it returned.
+ECHO = r"""
+#include <stdio.h>
+__attribute__((noinline)) long step(long n) { return n * 3 + 1; }
+int main(void) {
+    long n;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    while (scanf("%ld", &n) == 1)
+        printf("%ld\n", step(n));
+    return 0;
+}
+"""
+
+
+def _status_field(pid: int, name: str) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        return next(line.split()[1] for line in f if line.startswith(name + ":"))
+
+
+def test_a_later_probescope_takes_over_what_a_killed_one_left(build):
+    """Killed while the program is idle, probescope leaves its traps in; the next one to
+    attach puts those bytes back (from the killed one's site table), takes over its signal
+    handlers and, once it detaches, leaves the program as it was found."""
+    path = build(ECHO, "echo_step")
+    driver = Path(__file__).with_name("tracer_driver.py")
+    program = subprocess.Popen(
+        [str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        dispositions = _status_field(program.pid, "SigCgt")
+
+        def ask(n: int) -> str:
+            program.stdin.write(f"{n}\n")
+            program.stdin.flush()
+            return _readline(program.stdout, 30)
+
+        assert ask(1) == "4\n"
+        tracers = []
+        for n in (2, 3):
+            tracer = subprocess.Popen(
+                [sys.executable, str(driver), str(path), "step", "-", "--pid", str(program.pid)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            tracers.append(tracer)
+            assert _readline(tracer.stdout, 60) == "attached\n"
+            assert ask(n) == f"{3 * n + 1}\n"
+            assert _readline(tracer.stdout, 30).startswith(f"event 1 {n} ")
+            if n == 2:
+                tracer.kill()  # its traps stay in: the program waits in read()
+                tracer.wait(30)
+                assert text_differences(program.pid, path)
+        tracers[-1].send_signal(signal.SIGTERM)
+        assert tracers[-1].wait(30) == 0
+        assert ask(4) == "13\n"
+        assert _tracer_of(program.pid) == 0
+        assert text_differences(program.pid, path) == []
+        assert _status_field(program.pid, "SigCgt") == dispositions
+    finally:
+        program.kill()
+        program.wait()

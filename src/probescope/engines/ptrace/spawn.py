@@ -8,16 +8,19 @@ breakpoints there. A failed exec is reported through a close-on-exec pipe as an 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from probescope.engines.launch import die_with_parent
 from probescope.errors import PtraceError
 
 # Python ignores these; a program started by a shell would have them at their defaults.
 _RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ")
+# Looked up before any fork: the child must not take the dynamic linker's locks.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -73,7 +76,7 @@ def fork_held(argv: Sequence[str], *, die_with_tracer: bool = False) -> HeldChil
                     signal.signal(number, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
             if die_with_tracer:
-                die_with_parent(signal.SIGTERM)
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
             if os.read(release_r, 1) != b"x":
                 os._exit(127)  # the tracer went away before releasing us
             os.execvp(program, args)
