@@ -64,7 +64,6 @@ class Installer:
 
     def arm_switch(self, thread: Thread, mappings: list[Mapping]) -> None:
         """The dead man's switch, before any trap byte is written (dead_mans_switch.py)."""
-        process = thread.process
         pinned = None
         if self.pinned_cpu is not None and thread.saved_affinity is not None:
             pinned = (self.pinned_cpu, thread.saved_affinity)
@@ -72,11 +71,9 @@ class Installer:
         def area(size: int) -> int:
             return xol.allocate_far(self.injector, thread, mappings, size)
 
-        armed = dead_mans_switch.arm(thread, self.injector, mappings, area, pinned, self.owner)
-        if isinstance(armed, str):
-            self.counters.notes.append(armed)
-        else:
-            process.switch = armed
+        refusal = dead_mans_switch.arm(thread, self.injector, mappings, area, pinned, self.owner)
+        if refusal is not None:
+            self.counters.notes.append(refusal)
 
     def return_refusal(self, thread: Thread) -> str | None:
         if procfs.shadow_stack_enabled(thread.tid):
@@ -171,7 +168,7 @@ class Installer:
             bp.slot = slot
         process.memory.write_code(slot, code_in_slot, thread.tid)
         switch = process.switch
-        if switch is not None:
+        if switch is not None and switch.armed:
             # Trap bytes a thread stopped at any moment traps on again (dead_mans_switch.py).
             if switch.faults_handled:
                 bp.trap = arch.HALT

@@ -89,6 +89,11 @@ class DeadMansSwitch:
         self.returns: dict[int, tuple[int, int]] = {}  # stack slot -> (entry index, original)
 
     @property
+    def armed(self) -> bool:
+        """Whether the handler is installed (for SIGTRAP: the trampoline's, int3s')."""
+        return signal.SIGTRAP in self.signals
+
+    @property
     def faults_handled(self) -> bool:
         """Whether sites may carry `hlt` (its SIGSEGV reaches the handler)."""
         return signal.SIGSEGV in self.signals
@@ -291,9 +296,11 @@ def arm(
     area: Callable[[int], int],
     pinned: tuple[int, set[int]] | None,
     owner: int,
-) -> DeadMansSwitch | str:
-    """Map and fill a switch area in the thread's address space and install its handler; a
-    sentence saying why not when the program handles SIGTRAP itself.
+) -> str | None:
+    """Map and fill a switch area in the thread's address space and install its handler
+    (`process.switch`, set as soon as the area exists, so that a detach that cuts this short
+    finds whatever was done); a sentence saying why not when the program handles SIGTRAP
+    itself or the kernel refuses the handler.
 
     `area(size)` maps an r-x area (an injected mmap); `pinned` is (the CPU the tracer pins
     threads to, their own CPUs) when it does."""
@@ -311,6 +318,7 @@ def arm(
             "detaching, its probes stay in and the next hit ends it"
         )
     base = area(AREA_SIZE)
+    switch = process.switch = DeadMansSwitch(base, frozenset())
     tid = thread.tid
     memory.write_code(base, IMAGE, tid)
     header = struct.pack("<Q", owner)
@@ -326,14 +334,12 @@ def arm(
     action = base + LABELS["action"]
     memory.write_code(action, struct.pack("<Q", base + LABELS["handler"]), tid)
     memory.write_code(action + 16, struct.pack("<Q", base + LABELS["restorer"]), tid)
-    installed = set()
     for signum in sorted(free):
-        result = injector.run(thread, SYS_RT_SIGACTION, signum, action, 0, 8)
-        if result == 0:
-            installed.add(signum)
-    if signal.SIGTRAP not in installed:
+        if injector.run(thread, SYS_RT_SIGACTION, signum, action, 0, 8) == 0:
+            switch.signals |= {signum}
+    if not switch.armed:
         return f"process {thread.tgid}: the kernel refused the switch's SIGTRAP handler"
-    return DeadMansSwitch(base, frozenset(installed))
+    return None
 
 
 def _signals_held_by(thread: Thread, injector: SyscallInjector, areas: list[int]) -> frozenset[int]:

@@ -133,16 +133,19 @@ class PtraceEngine:
         self._tracer = tracer
         self._owner = threading.get_ident()
         detach_at_exit(self)
-        try:
-            if target.command is not None:
-                self._command = tracer.spawn(target.command)
-                self._pids.append(self._command)
-            for pid in dict.fromkeys(target.pids):  # `-p X -p X` attaches once
-                tracer.attach(pid)
-                self._pids.append(pid)
-        except BaseException:
-            tracer.detach()
-            raise
+        # Ctrl-C, SIGTERM and SIGHUP wait until the probes are in (or attaching failed and
+        # everything is undone): a half-done attach is never left behind.
+        with _signals_held():
+            try:
+                if target.command is not None:
+                    self._command = tracer.spawn(target.command)
+                    self._pids.append(self._command)
+                for pid in dict.fromkeys(target.pids):  # `-p X -p X` attaches once
+                    tracer.attach(pid)
+                    self._pids.append(pid)
+            except BaseException:
+                tracer.detach()
+                raise
 
     def events(self) -> Iterator[Event | EventBatch]:
         tracer = self._require_tracer()
@@ -271,8 +274,8 @@ def _reaped(pid: int, *, block: bool = False) -> int | None:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold Ctrl-C, SIGTERM and SIGHUP in this thread while a detach runs: one that cut it
-    short would leave threads stopped and bytes changed."""
+    """Hold Ctrl-C, SIGTERM and SIGHUP in this thread while an attach or a detach runs: one
+    that cut it short would leave threads stopped and bytes changed."""
     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
