@@ -4,8 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, real programs:
-# nginx, and Go for a register-ABI target).
-TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils nginx golang-go trace-cmd
+# nginx, redis-server under redis-benchmark, and Go for a register-ABI target).
+TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils nginx golang-go trace-cmd \
+	redis-server redis-tools
 # The QEMU test guest (tests/vm); its tests skip with a reason when these cannot be installed.
 VM_PACKAGES := qemu-system-x86 busybox-static cpio
 # Peers the benchmarks measure probescope against.

@@ -56,7 +56,7 @@ ENGINES: tuple[EngineEntry, ...] = (
         "ptrace",
         "probescope.engines.ptrace.engine",
         "PtraceEngine",
-        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE}),
+        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT}),
         "uprobes re-implemented in user space with ptrace (no root needed)",
     ),
     EngineEntry(

@@ -9,6 +9,8 @@ no memory reads), not through its fallback."""
 from __future__ import annotations
 
 import functools
+import io
+import json
 import subprocess
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,8 +20,9 @@ import pytest
 
 from probescope.engines.fentry.engine import FentryEngine
 from probescope.engines.registry import BY_NAME, availability
-from probescope.events import Event
+from probescope.events import Event, EventBatch
 from probescope.session import Session
+from probescope.sinks.base import open_sink
 from probescope.symbols.table import SymbolTable
 from support.build import compile_program
 
@@ -214,6 +217,37 @@ def test_libc_malloc() -> None:
         ["c:malloc size=arg1:u64", "r:c:malloc"],
         [str(binary)],
         lambda events: assert_some(events, "malloc", 3),
+    )
+
+
+def test_char_and_char_arrays() -> None:
+    """`char` and `char[N]` are characters on both engines, printed {'e','v','e','n'} in text
+    and as one-character strings in JSON (the ptrace engine used to give numbers)."""
+    binary = build("loop.c")
+    specs = [f"{binary}:work c=+0(arg2):char s=+0(arg2):char[4]"]
+    agree(specs, [str(binary), "2"], lambda events: assert_some(events, "work", 2))
+    session = Session(specs, engine="ptrace", command=[*no_aslr(), str(binary), "2"])
+    with session:
+        events = [e for e in session.events(duration=60) if e.name == "work"]
+    text, lines = io.StringIO(), io.StringIO()
+    for format_name, stream in (("text", text), ("jsonl", lines)):
+        sink = open_sink(format_name, stream)
+        sink.write_batch(EventBatch(events))
+        sink.close()
+    assert " c='e' s={'e','v','e','n'}" in text.getvalue()
+    assert " c='o' s={'o','d','d','\x00'}" in text.getvalue()
+    first = json.loads(lines.getvalue().splitlines()[0])
+    assert first["args"] == {"c": "e", "s": ["e", "v", "e", "n"]}
+
+
+def test_usdt_probes_with_a_semaphore() -> None:
+    python = Path("/usr/bin/python3.11")
+    if not python.exists():
+        pytest.skip("no /usr/bin/python3.11 (its python:gc__start SDT probe is the example)")
+    agree(
+        [f"usdt:{python}:python:gc__start", f"usdt:{python}:python:gc__done"],
+        [str(python), "-c", "import gc; gc.collect(); gc.collect()"],
+        lambda events: assert_some(events, "python_gc__done", 2),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from elftools.elf.elffile import ELFFile
 
 from probescope.engines.base import EngineStats, Target
+from probescope.engines.launch import GatedCommand
 from probescope.engines.ptrace import PtraceEngine
 from probescope.events import Event, EventBatch
 from probescope.language.kernel_grammar import parse_kernel_probe
@@ -147,6 +148,22 @@ def run_traced(
         out.seek(0)
         err.seek(0)
         return Run(events, engine.stats(), engine.exit_code, out.read(), err.read(), engine)
+
+
+def gated(argv: Sequence[str | Path], output: Path) -> GatedCommand:
+    """A program forked and held before its exec, its stdout going to `output`: attach to
+    its pid, then `release()` it — a process the tracer did not start, traced from its first
+    instruction."""
+    with open(output, "w") as out:
+        saved = os.dup(1)
+        os.dup2(out.fileno(), 1)
+        try:
+            command = GatedCommand([str(a) for a in argv])
+            command.start()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+    return command
 
 
 def assert_same_behaviour(run: Run, plain: Plain) -> None:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from integration.ptrace.harness import make_probe, text_differences
+from integration.ptrace.harness import gated, make_probe, run_plain, text_differences
 from probescope.engines.base import Target
 from probescope.engines.ptrace import PtraceEngine
 from probescope.events import EventBatch
@@ -102,13 +102,15 @@ def test_attach_follows_every_thread(target):
 def test_sigterm_of_the_tracer_restores_everything(target, tmp_path):
     path = target("slow.c")
     output = tmp_path / "out.txt"
+    program = gated([path], output)
     driver = subprocess.Popen(
-        [sys.executable, str(DRIVER), str(path), "step", str(output)],
+        [sys.executable, str(DRIVER), str(path), "step", "-", "--pid", str(program.pid)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert driver.stdout.readline() == "attached\n"
+        program.release()
         for _ in range(20):
             assert driver.stdout.readline().startswith("event ")
         driver.send_signal(signal.SIGTERM)
@@ -118,12 +120,9 @@ def test_sigterm_of_the_tracer_restores_everything(target, tmp_path):
     finally:
         if driver.poll() is None:
             driver.kill()
-    # The program (now an orphan) finishes on its own with the right output.
-    deadline = time.monotonic() + 10
-    expected = f"done sum={sum(i * 3 + 1 for i in range(200))}\n"
-    while time.monotonic() < deadline and output.read_text() != expected:
-        time.sleep(0.05)
-    assert output.read_text() == expected
+    # The program finishes on its own with the right output.
+    assert program.wait(10) == 0
+    assert output.read_text() == f"done sum={sum(i * 3 + 1 for i in range(200))}\n"
 
 
 def test_sigterm_while_attached_with_pid(target):
@@ -149,30 +148,45 @@ def test_sigterm_while_attached_with_pid(target):
         program.wait()
 
 
-def test_detach_is_idempotent_and_the_command_runs_on(target, tmp_path):
+def test_detach_is_idempotent_and_an_attached_process_runs_on(target, tmp_path):
     path = target("slow.c")
     probe = make_probe(path, "step")
     engine = PtraceEngine()
     output = tmp_path / "out.txt"
-    with open(output, "w") as out:
-        saved = os.dup(1)
-        os.dup2(out.fileno(), 1)
-        try:
-            engine.attach([probe], Target(command=(str(path),)))
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
+    program = gated([path], output)
+    engine.attach([probe], Target(pids=(program.pid,)))
+    program.release()
     events = engine.events()
     first = next(e for e in events if not isinstance(e, EventBatch))
     assert first.name == "step"
-    pid = engine.pids[0]
     engine.detach()
     engine.detach()
     events.close()
-    assert text_differences(pid, path) == []
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert text_differences(program.pid, path) == []
+    assert program.wait(10) == 0
     assert output.read_text().startswith("done sum=")
+
+
+def test_detach_ends_a_command_still_running(target, tmp_path):
+    """A command the session started ends with it (SIGTERM), as with the tracefs engine —
+    also when the session ends on a broken pipe."""
+    path = target("slow.c")
+    engine = PtraceEngine()
+    with open(tmp_path / "out.txt", "w") as out:
+        saved = os.dup(1)
+        os.dup2(out.fileno(), 1)
+        try:
+            engine.attach([make_probe(path, "step")], Target(command=(str(path),)))
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+    pid = engine.pids[0]
+    for item in engine.events():
+        if not isinstance(item, EventBatch):
+            break  # closing the generator detaches
+    assert engine.exit_code == -signal.SIGTERM
+    assert not os.path.exists(f"/proc/{pid}")  # reaped
+    assert any("still running: terminated" in note for note in engine.stats().notes)
 
 
 def test_repeated_attach_and_detach_under_load(target):
@@ -220,14 +234,9 @@ def test_detach_from_inside_a_handler(target, tmp_path):
 
     engine.on(probe, detach_on_third)
     output = tmp_path / "out.txt"
-    with open(output, "w") as out:
-        saved = os.dup(1)
-        os.dup2(out.fileno(), 1)
-        try:
-            engine.attach([probe, ret], Target(command=(str(path), "6")))
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
+    program = gated([path, "6"], output)
+    engine.attach([probe, ret], Target(pids=(program.pid,)))
+    program.release()
     events = [e for e in engine.events() if not isinstance(e, EventBatch)]
     assert [(e.name, e.args[0]) for e in events] == [
         ("work", 0),
@@ -236,11 +245,7 @@ def test_detach_from_inside_a_handler(target, tmp_path):
         ("work_ret", 130),
         ("work", 2),
     ]
-    pid = engine.pids[0]
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3
-    from integration.ptrace.harness import run_plain
-
+    assert program.wait(10) == 3
     assert output.read_bytes() == run_plain([path, "6"]).stdout
 
 

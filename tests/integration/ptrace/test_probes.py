@@ -22,7 +22,7 @@ def test_entry_probe_args_in_a_loop(target):
     assert [e.arg("i") for e in events] == list(range(6))
     assert [e.arg("name") for e in events] == ["even", "odd"] * 3
     assert {e.arg("b") for e in events} == {17}
-    assert [e.arg("c") for e in events] == [ord("e"), ord("o")] * 3
+    assert [e.arg("c") for e in events] == ["e", "o"] * 3
     assert events[0].arg("first") == (ord("e"), ord("v"))
     pid = run.engine.pids[0]
     assert {(e.pid, e.tid) for e in events} == {(pid, pid)}

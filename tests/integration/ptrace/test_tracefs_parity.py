@@ -63,9 +63,10 @@ def _kernel_text(value: object, arg_type: ArgType) -> str:
 def _scalar(value: object, arg_type: ArgType) -> str:
     if arg_type.is_string:
         return "(fault)" if value is None else f'"{value}"'
-    assert isinstance(value, int)
     if arg_type.base == "char":
-        return f"'{chr(value)}'"
+        assert isinstance(value, str)
+        return f"'{value}'"
+    assert isinstance(value, int)
     if arg_type.is_hex:
         return f"0x{value:x}"
     return str(value)

@@ -124,7 +124,20 @@ def test_arrays_and_chars(regs):
     memory.store(0x2000, struct.pack("<QQ", 0x1000, 0x9999))
     assert evaluate(
         "a=+0(%si):u8[3] b=+0(%si):char c=+1(%si):s16[1] d=+0(%ax):string[2]", regs, memory
-    ) == ((104, 101, 121), 104, (struct.unpack("<h", b"ey")[0],), ("hey", None))
+    ) == ((104, 101, 121), "h", (struct.unpack("<h", b"ey")[0],), ("hey", None))
+
+
+def test_chars_are_one_character_strings_as_the_tracefs_engine_decodes_them(regs):
+    memory = FakeMemory()
+    memory.store(0x1000, b"hi\xff\0")
+    assert evaluate(
+        "a=+0(%si):char[4] b=+2(%si):char n=%di:char bad=+0(%bx):char[2]", regs, memory
+    ) == (
+        ("h", "i", "\udcff", "\0"),
+        "\udcff",
+        bytes([regs.rdi & 0xFF]).decode("utf-8", "surrogateescape"),
+        ("\0", "\0"),
+    )
 
 
 def test_string_budget_is_one_page_per_hit(regs):

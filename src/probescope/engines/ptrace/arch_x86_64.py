@@ -15,6 +15,10 @@ from probescope.language.x86_64_registers import FIELD_BY_NAME, X86_64_REGISTERS
 NAME: Final = "x86_64"
 BREAKPOINT: Final = b"\xcc"
 BREAKPOINT_SIZE: Final = 1
+# hlt is privileged: in user mode it faults (#GP, SIGSEGV) before it runs, ip on it; the
+# fault sets the resume flag in the saved flags.
+HALT: Final = b"\xf4"
+RESUME_FLAG: Final = 0x10000
 SYSCALL_INSTRUCTION: Final = b"\x0f\x05"
 SYS_MMAP: Final = 9
 SYS_MUNMAP: Final = 11

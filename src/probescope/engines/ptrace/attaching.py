@@ -19,7 +19,7 @@ class Attaching(TracerState):
     """spawn() and attach(): a program's first stop, or all threads of a process stopped."""
 
     def spawn(self, argv: Sequence[str]) -> int:
-        child = spawn.fork_held(argv)
+        child = spawn.fork_held(argv, die_with_tracer=True)
         try:
             syscalls.seize(child.pid)
         except PtraceError:
@@ -52,12 +52,15 @@ class Attaching(TracerState):
         child.exec_error()
         thread.forget_comm()
         self.installer.prepare(thread, at_exec=True)
+        self._unblock_traps(thread)
         self._resume(thread)
         return child.pid
 
     def attach(self, pid: int) -> None:
         if not procfs.process_exists(pid):
             raise PtraceError(f"no process with pid {pid}")
+        if pid in self.processes and pid in self.threads:
+            return  # traced already (given twice, or a child of one given before)
         tracer = procfs.tracer_of(pid)
         if tracer:
             raise PtraceError(
@@ -109,6 +112,7 @@ class Attaching(TracerState):
                 self._pin_thread(thread, None)
         self.installer.prepare(live[0], at_exec=False)
         for thread in live:
+            self._unblock_traps(thread)
             self._resume(thread)
 
     def _attach_error(self, pid: int, error: PtraceError) -> PtraceError:

@@ -7,12 +7,14 @@ for loaders without a rendezvous, on a maps rescan at other stops.
 
 from __future__ import annotations
 
+import os
 import time
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import rendezvous, xol
+from probescope.engines.ptrace import dead_mans_switch, rendezvous, xol
 from probescope.engines.ptrace.insn_x86_64 import analyze
 from probescope.engines.ptrace.tracee import (
+    AddressSpace,
     Breakpoint,
     Counters,
     ProbeSite,
@@ -46,15 +48,32 @@ class Installer:
         self.options = options
         self.counters = counters
         self.injector = injector
+        self.owner = os.getpid()
+        self.pinned_cpu: int | None = None  # the CPU the tracer pins its tracees to
 
     def prepare(self, thread: Thread, *, at_exec: bool) -> None:
         process = thread.process
         mappings = process.mappings()
         process.last_scan = time.monotonic()
+        if process.switch is None:
+            self.arm_switch(thread, mappings)
         if self.has_return_sites:
             process.return_refusal = self.return_refusal(thread)
         self.apply(thread, mappings, strict=True)
         self.install_rendezvous(thread, mappings)
+
+    def arm_switch(self, thread: Thread, mappings: list[Mapping]) -> None:
+        """The dead man's switch, before any trap byte is written (dead_mans_switch.py)."""
+        pinned = None
+        if self.pinned_cpu is not None and thread.saved_affinity is not None:
+            pinned = (self.pinned_cpu, thread.saved_affinity)
+
+        def area(size: int) -> int:
+            return xol.allocate_far(self.injector, thread, mappings, size)
+
+        refusal = dead_mans_switch.arm(thread, self.injector, mappings, area, pinned, self.owner)
+        if refusal is not None:
+            self.counters.notes.append(refusal)
 
     def return_refusal(self, thread: Thread) -> str | None:
         if procfs.shadow_stack_enabled(thread.tid):
@@ -90,6 +109,8 @@ class Installer:
         for address, bp in list(process.breakpoints.items()):
             if bp.internal is None and address not in live:
                 del process.breakpoints[address]
+                if process.switch is not None:
+                    process.switch.remove_site(process.memory, thread.tid, address)
         if self.has_return_sites:
             self.hook_unwinders(thread, mappings)
         if not wanted:
@@ -146,8 +167,18 @@ class Installer:
         else:
             bp.slot = slot
         process.memory.write_code(slot, code_in_slot, thread.tid)
+        switch = process.switch
+        if switch is not None and switch.armed:
+            # Trap bytes a thread stopped at any moment traps on again (dead_mans_switch.py).
+            if switch.faults_handled:
+                bp.trap = arch.HALT
+            else:
+                bp.trap = arch.BREAKPOINT * instruction.length
+            switch.add_site(process.memory, thread.tid, address, bp.slot, instruction.raw)
         process.breakpoints[address] = bp
-        process.memory.write_code(address, arch.BREAKPOINT, thread.tid)
+        process.memory.write_code(address, bp.trap[:1], thread.tid)
+        if len(bp.trap) > 1:  # the first byte first: no thread starts the instruction after
+            process.memory.write_code(address + 1, bp.trap[1:], thread.tid)
         self.counters.breakpoints += 1
         return bp
 
@@ -248,6 +279,8 @@ class Installer:
             slot = self.slot(thread, mapping.start, 8)
         process.memory.write_code(slot, arch.BREAKPOINT * arch.SLOT_SIZE, thread.tid)
         process.trampoline = slot
+        if process.switch is not None:
+            process.switch.set_trampoline(process.memory, thread.tid, slot)
 
     def install_rendezvous(self, thread: Thread, mappings: list[Mapping]) -> None:
         process = thread.process
@@ -292,10 +325,9 @@ class Installer:
         if process.rendezvous is None:
             self.install_rendezvous(thread, mappings)
 
-    def maybe_rescan(self, thread: Thread) -> None:
-        process = thread.process
-        if process.rendezvous is None and time.monotonic() - process.last_scan > _SCAN_INTERVAL:
-            self.rescan(thread)
+    def rescan_due(self, process: AddressSpace) -> bool:
+        """No dynamic-linker reports in this process, and no look at its maps for a while."""
+        return process.rendezvous is None and time.monotonic() - process.last_scan > _SCAN_INTERVAL
 
     def rendezvous_hit(self, thread: Thread) -> None:
         process = thread.process

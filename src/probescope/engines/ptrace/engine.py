@@ -8,6 +8,9 @@ from another thread it asks the loop, which looks at least every 100 ms, and wai
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +29,7 @@ from probescope.system.kernel import RunningKernel
 
 Handler = Callable[[HitContext], None]
 _CROSS_THREAD_DETACH_TIMEOUT = 10.0
+_COMMAND_GRACE = 2.0
 
 
 class PtraceEngine:
@@ -61,6 +65,7 @@ class PtraceEngine:
         self._owner: int | None = None
         self._events_started = False
         self._pids: list[int] = []
+        self._command: int | None = None  # the pid of the command attach() started
 
     # -- options, also settable as attributes before attach ----------------------------------
 
@@ -128,15 +133,19 @@ class PtraceEngine:
         self._tracer = tracer
         self._owner = threading.get_ident()
         detach_at_exit(self)
-        try:
-            if target.command is not None:
-                self._pids.append(tracer.spawn(target.command))
-            for pid in target.pids:
-                tracer.attach(pid)
-                self._pids.append(pid)
-        except BaseException:
-            tracer.detach()
-            raise
+        # Ctrl-C, SIGTERM and SIGHUP wait until the probes are in (or attaching failed and
+        # everything is undone): a half-done attach is never left behind.
+        with _signals_held():
+            try:
+                if target.command is not None:
+                    self._command = tracer.spawn(target.command)
+                    self._pids.append(self._command)
+                for pid in dict.fromkeys(target.pids):  # `-p X -p X` attaches once
+                    tracer.attach(pid)
+                    self._pids.append(pid)
+            except BaseException:
+                tracer.detach()
+                raise
 
     def events(self) -> Iterator[Event | EventBatch]:
         tracer = self._require_tracer()
@@ -183,15 +192,23 @@ class PtraceEngine:
         return stats
 
     def detach(self) -> None:
-        """Restore every byte and return address, unmap our pages, let every thread go.
+        """Restore every byte and return address, unmap our pages, let every thread go; then
+        end the command attach() started if it still runs (SIGTERM, SIGKILL after 2 s), as
+        every engine does when a session ends first. Processes attached by pid run on.
 
         Idempotent; safe from a signal handler on the tracing thread and from other threads.
+        Ctrl-C, SIGTERM and SIGHUP wait until it is done.
         """
         tracer = self._tracer
-        if tracer is None or tracer.detached:
+        if tracer is None:
+            return
+        if tracer.detached:
+            self._end_command(tracer)
             return
         if threading.get_ident() == self._owner:
-            tracer.detach()
+            with _signals_held():
+                tracer.detach()
+                self._end_command(tracer)
             return
         tracer.detach_requested = True  # the loop looks at least every TICK seconds
         deadline = time.monotonic() + _CROSS_THREAD_DETACH_TIMEOUT
@@ -202,6 +219,30 @@ class PtraceEngine:
                 "detach did not complete: the thread that attached is not iterating events()",
                 hint="call detach() on the thread that called attach()",
             )
+        self._end_command(tracer)
+
+    def _end_command(self, tracer: Tracer) -> None:
+        pid, self._command = self._command, None
+        if pid is None or tracer.root_status is not None:
+            return
+        status = _reaped(pid)
+        if status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + _COMMAND_GRACE
+            while status is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+                status = _reaped(pid)
+            if status is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                status = _reaped(pid, block=True)
+            if status is not None:
+                tracer.counters.notes.append(
+                    f"the command (pid {pid}) was still running: terminated, status "
+                    f"{exit_status_code(status)}"
+                )
+        tracer.root_status = status
 
     # -- extras ------------------------------------------------------------------------------
 
@@ -220,6 +261,27 @@ class PtraceEngine:
         if self._tracer is None:
             raise PtraceError("attach() first")
         return self._tracer
+
+
+def _reaped(pid: int, *, block: bool = False) -> int | None:
+    """The wait status of our child `pid` once it has ended (None while it runs)."""
+    try:
+        done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return status if done else None
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP in this thread while an attach or a detach runs: one
+    that cut it short would leave threads stopped and bytes changed."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 __all__ = ["HitContext", "PtraceEngine"]

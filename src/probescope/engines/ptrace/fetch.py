@@ -112,9 +112,16 @@ def _program(fetch: Fetch) -> tuple[Fetch, list[int]]:
     return fetch, offsets
 
 
-def _convert(arg_type: ArgType) -> Callable[[int], int]:
+# `char` values are one-character strings, as the tracefs engine decodes them and the kernel
+# prints them ('%c'); bytes that are not UTF-8 follow Python's surrogateescape convention.
+_CHARS = tuple(bytes([b]).decode("utf-8", "surrogateescape") for b in range(256))
+
+
+def _convert(arg_type: ArgType) -> Callable[[int], Any]:
     bits = arg_type.size * 8
     mask = (1 << bits) - 1
+    if arg_type.base == "char":
+        return lambda v: _CHARS[v & 0xFF]
     if arg_type.bitfield is not None:
         width, offset, container = arg_type.bitfield
         cmask = (1 << container) - 1
@@ -181,6 +188,7 @@ def compile_arg(arg: FetchArg, is_return: bool) -> CompiledArg:
     *chain, last = offsets
     size = arg_type.size
     unpack = _unpacker(size)
+    faulted = convert(0)  # what a read that faults leaves: 0 (for char, NUL)
 
     def address_of(ctx: FetchContext) -> int | None:
         value = int(first(ctx))
@@ -193,25 +201,25 @@ def compile_arg(arg: FetchArg, is_return: bool) -> CompiledArg:
 
     if count:
 
-        def array(ctx: FetchContext) -> tuple[int, ...]:
+        def array(ctx: FetchContext) -> tuple[Any, ...]:
             address = address_of(ctx)
             if address is None:
-                return (0,) * count
+                return (faulted,) * count
             data = ctx.memory.read(address, size * count)
             out = []
             for i in range(count):
                 chunk = data[i * size : (i + 1) * size]
-                out.append(convert(unpack(chunk)) if len(chunk) == size else 0)
+                out.append(convert(unpack(chunk)) if len(chunk) == size else faulted)
             return tuple(out)
 
         return CompiledArg(arg.name, False, record_size, numeric=array, count=count)
 
-    def scalar(ctx: FetchContext) -> int:
+    def scalar(ctx: FetchContext) -> Any:
         address = address_of(ctx)
         if address is None:
-            return 0
+            return faulted
         data = ctx.memory.read_exact(address, size)
-        return 0 if data is None else convert(unpack(data))
+        return faulted if data is None else convert(unpack(data))
 
     return CompiledArg(arg.name, False, record_size, numeric=scalar)
 

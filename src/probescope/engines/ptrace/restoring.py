@@ -12,7 +12,7 @@ import signal
 import struct
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import returns, stepping, syscalls
+from probescope.engines.ptrace import dead_mans_switch, returns, stepping, syscalls
 from probescope.engines.ptrace.tracee import AddressSpace, Breakpoint, Thread
 from probescope.engines.ptrace.xol import SyscallInjector
 from probescope.errors import ProcessError, PtraceError
@@ -21,14 +21,23 @@ from probescope.system.maps import Mapping
 _MAX_STACK_SCAN = 8 << 20
 
 
-def settle(thread: Thread) -> None:
-    """Make a stopped thread's registers independent of our breakpoints and XOL pages."""
+def settle(thread: Thread, info: syscalls.SigInfo | None) -> None:
+    """Make a stopped thread's registers independent of our breakpoints and XOL pages, and
+    set `pending_signal` to what detaching must deliver. Reads the kernel's state — the
+    registers, and `info`, the siginfo of the stop the thread is in now (None when it has
+    none) — rather than trusting bookkeeping that an exception may have cut short."""
     tid = thread.tid
+    trap = info is not None and info.code == syscalls.SI_KERNEL
+    # The tracer had taken this stop as one of its traps (the flag may lag by a resume: it
+    # counts only for a trap's stop, never for a signal sent to the program).
+    ours = thread.serving and trap
     try:
         if thread.injection_regs is not None:
             thread.regs.assign(thread.injection_regs)
             thread.injection_regs = None
             thread.regset.store(tid)
+            syscalls.set_sigmask(tid, thread.injection_mask)
+            ours = True  # the stop of our injected system call's step
         thread.regset.fetch(tid)
     except PtraceError:
         return
@@ -36,16 +45,24 @@ def settle(thread: Thread) -> None:
     process = thread.process
     changed = False
     if thread.step is not None:
-        stepping.abort(thread)
+        step = thread.step
+        if int(regs.rip) == step.slot:
+            stepping.abort(thread)  # the copy has not run: back to the probe site
+        else:
+            thread.step = None
+            stepping.fix_up(thread, step)
+        changed = ours = True
+    int3 = trap and info is not None and info.signo == signal.SIGTRAP
+    rip = int(regs.rip)
+    bp = process.trapped_at(rip)
+    if bp is not None and (not bp.ambiguous or int3):
+        regs.rip = bp.address  # stopped on our trap, not yet served: run the original instead
         changed = True
-    address = int(regs.rip) - arch.TRAP_IP_ADVANCE
-    unserved = syscalls.stopped(thread.stop_status) and (thread.stop_status >> 8 == signal.SIGTRAP)
-    if unserved and address in process.breakpoints:
-        regs.rip = address  # stopped on our int3, not yet served: run the original instead
-        changed = True
-    elif unserved and address == process.trampoline and thread.shadow:
+        ours = ours or trap
+    elif rip - arch.TRAP_IP_ADVANCE == process.trampoline and thread.shadow:
         regs.rip = returns.returned(thread)[0]
         changed = True
+        ours = ours or trap
     rip = int(regs.rip)
     if process.in_xol(rip):
         resolved = out_of_slot(process, rip)
@@ -54,6 +71,25 @@ def settle(thread: Thread) -> None:
             changed = True
     if changed:
         thread.regset.store(tid)
+    if info is not None and signal_delivery(info) and not ours and not thread.pending_signal:
+        thread.pending_signal = info.signo  # the program's own signal: it gets it
+
+
+def reblock(thread: Thread) -> None:
+    """Block again the signals we unblocked in the thread (tracer_state._unblock_traps)."""
+    if not thread.unblocked:
+        return
+    try:
+        syscalls.set_sigmask(thread.tid, syscalls.get_sigmask(thread.tid) | thread.unblocked)
+    except PtraceError:
+        return
+    thread.unblocked = 0
+
+
+def signal_delivery(info: syscalls.SigInfo) -> bool:
+    """Whether a stop is a signal-delivery stop (its signal is the program's unless it is one
+    of our traps), not an event, interrupt or group stop (si_code = signal | event << 8)."""
+    return not (info.code >> 8 and info.code & 0xFF == info.signo)
 
 
 def out_of_slot(process: AddressSpace, rip: int) -> int | None:
@@ -85,7 +121,8 @@ def still_mapped(bp: Breakpoint, mappings: list[Mapping]) -> bool:
 
 
 def restore_text(process: AddressSpace, stopped: Thread, notes: list[str]) -> None:
-    """Original bytes back wherever our int3 still is in the file's mapping."""
+    """Original bytes back wherever our trap still is in the file's mapping; then the dead
+    man's switch has no site left to look after."""
     try:
         mappings = process.mappings()
     except ProcessError:
@@ -93,11 +130,18 @@ def restore_text(process: AddressSpace, stopped: Thread, notes: list[str]) -> No
     for bp in process.breakpoints.values():
         if not still_mapped(bp, mappings):
             continue
-        if process.memory.read(bp.address, 1) == arch.BREAKPOINT:
+        if process.memory.read(bp.address, 1) == bp.trap[:1]:
             try:
-                process.memory.write_code(bp.address, bp.instruction.raw[:1], stopped.tid)
+                process.memory.write_code(
+                    bp.address, bp.instruction.raw[: len(bp.trap)], stopped.tid
+                )
             except PtraceError as error:
                 notes.append(error.message)
+    if process.switch is not None:
+        try:
+            process.switch.clear_sites(process.memory, stopped.tid)
+        except PtraceError as error:
+            notes.append(error.message)
 
 
 def restore_semaphores(process: AddressSpace) -> None:
@@ -117,29 +161,37 @@ def can_inject(thread: Thread) -> bool:
     return syscalls.stop_event(status) in (0, syscalls.PTRACE_EVENT_STOP)
 
 
-def release_xol(
+def release_areas(
     process: AddressSpace, threads: list[Thread], stopped: Thread, injector: SyscallInjector
 ) -> bool:
-    """munmap our pages unless something still points into them (a stacked return address, a
-    signal frame): then they stay, harmless. True when unmapped."""
-    if not process.xol_areas or stopped.process is not process:
+    """Uninstall the dead man's switch and munmap our pages, unless something still points
+    into them (a stacked return address, a signal frame, a thread inside the switch's
+    handler): then they stay, harmless (the switch, with no site left, only serves returns
+    through the trampoline). True when released."""
+    if stopped.process is not process:
         return False
     for thread in threads:
-        if process.in_xol(int(thread.regs.rip)) or stack_refers_to_xol(process, thread):
+        if process.ours(int(thread.regs.rip)) or stack_refers_to_xol(process, thread):
             return False
-    for start, size in process.xol_areas:
-        try:
+    switch = process.switch
+    try:
+        if switch is not None:
+            if not dead_mans_switch.disarm(switch, stopped, injector):
+                return False
+            process.switch = None
+            injector.run(stopped, arch.SYS_MUNMAP, switch.base, dead_mans_switch.AREA_SIZE)
+        for start, size in process.xol_areas:
             injector.run(stopped, arch.SYS_MUNMAP, start, size)
-        except PtraceError:
-            return False
+    except PtraceError:
+        return False
     process.xol_areas.clear()
     return True
 
 
 def stack_refers_to_xol(process: AddressSpace, thread: Thread) -> bool:
-    """Any word from sp to the end of its mapping that points into our pages. Live return
-    addresses and signal frames are at or above sp; the red zone below only holds dead copies
-    (a returned-from trampoline slot, for instance)."""
+    """Any word from sp to the end of its mapping that points into our pages (the switch's
+    area included). Live return addresses and signal frames are at or above sp; the red zone
+    below only holds dead copies (a returned-from trampoline slot, for instance)."""
     sp = int(thread.regs.rsp)
     try:
         mapping = next((m for m in process.mappings() if m.start <= sp < m.end), None)
@@ -154,7 +206,7 @@ def stack_refers_to_xol(process: AddressSpace, thread: Thread) -> bool:
         if not data:
             return True
         for (word,) in struct.iter_unpack("<Q", data[: len(data) & ~7]):
-            if process.in_xol(word):
+            if process.ours(word):
                 return True
         cursor += len(data)
     return False

@@ -18,15 +18,20 @@ dropped like longjmp'd frames (`rehijack`).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from probescope.engines.ptrace.tracee import Breakpoint, ReturnInstance, Thread
 
 MAX_URETPROBE_DEPTH = 64
 
 
-def hijack(thread: Thread, bp: Breakpoint, now: int) -> bool | None:
+def hijack(
+    thread: Thread, bp: Breakpoint, now: int, live: Callable[[], set[int]] = set
+) -> bool | None:
     """Hijack the return address of the function whose entry `bp` is; True when done,
-    None when the depth limit omitted it, False when the stack could not be used."""
+    None when the depth limit omitted it, False when the stack could not be used (or the
+    dead man's switch could not record it). `live()` gives the stack slots of every pending
+    return in the address space."""
     process = thread.process
     trampoline = process.trampoline
     if trampoline is None:
@@ -49,6 +54,13 @@ def hijack(thread: Thread, bp: Breakpoint, now: int) -> bool | None:
         if not shadow:
             return False
         original = shadow[-1].original  # a tail call reuses its caller's hijack
+    switch = process.switch
+    if (
+        not chained
+        and switch is not None
+        and not switch.record_return(process.memory, thread.tid, sp, original, live)
+    ):
+        return False  # recorded before the stack is written: a killed tracer's handler finds it
     shadow.append(ReturnInstance(sp, original, bp, chained, now))
     if not chained and not process.memory.write_data(sp, struct.pack("<Q", trampoline)):
         shadow.pop()
@@ -58,11 +70,15 @@ def hijack(thread: Thread, bp: Breakpoint, now: int) -> bool | None:
 
 def returned(thread: Thread) -> tuple[int, list[ReturnInstance]]:
     """The thread came back through the trampoline: (where it really returns to, the
-    instances to report, innermost first). The kernel's handle_trampoline: the top chain
-    (an instance and the tail calls chained to it) is reported if the next one down is still
-    alive; chains of abandoned frames are dropped silently."""
-    shadow = thread.shadow
-    sp = int(thread.regs.rsp)
+    instances to report, innermost first), popped off its shadow stack."""
+    return returned_from(thread.shadow, int(thread.regs.rsp))
+
+
+def returned_from(shadow: list[ReturnInstance], sp: int) -> tuple[int, list[ReturnInstance]]:
+    """returned() on a shadow stack given apart (popped in place), with the thread's sp after
+    its `ret`. The kernel's handle_trampoline: the top chain (an instance and the tail calls
+    chained to it) is reported if the next one down is still alive; chains of abandoned frames
+    are dropped silently."""
     original = 0
     while shadow:
         chain_start = len(shadow) - 1

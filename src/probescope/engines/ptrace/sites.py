@@ -57,9 +57,10 @@ def build_sites(
     event_types: dict[tuple[str, str], EventType] = {}
     for probe in probes:
         where = probe.label
-        if probe.kind not in (ProbeKind.UPROBE, ProbeKind.URETPROBE):
+        if probe.kind not in (ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT):
             problems.append(
-                f"{where}: the ptrace engine handles uprobes and uretprobes, not {probe.kind}"
+                f"{where}: the ptrace engine handles uprobes, uretprobes and USDT probes, "
+                f"not {probe.kind}"
             )
             continue
         if probe.path is None or probe.offset is None:

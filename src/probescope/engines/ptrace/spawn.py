@@ -8,6 +8,7 @@ breakpoints there. A failed exec is reported through a close-on-exec pipe as an 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 from collections.abc import Sequence
@@ -17,6 +18,9 @@ from probescope.errors import PtraceError
 
 # Python ignores these; a program started by a shell would have them at their defaults.
 _RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ")
+# Looked up before any fork: the child must not take the dynamic linker's locks.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -51,8 +55,10 @@ class HeldChild:
                 pass
 
 
-def fork_held(argv: Sequence[str]) -> HeldChild:
-    """Fork a child that will exec `argv` once released."""
+def fork_held(argv: Sequence[str], *, die_with_tracer: bool = False) -> HeldChild:
+    """Fork a child that will exec `argv` once released. `die_with_tracer`: the command gets
+    SIGTERM if this thread ends without letting it go (PR_SET_PDEATHSIG), as commands started
+    by any engine do; it never runs if the tracer dies before releasing it."""
     if not argv:
         raise PtraceError("empty command")
     release_r, release_w = os.pipe2(os.O_CLOEXEC)
@@ -69,7 +75,10 @@ def fork_held(argv: Sequence[str]) -> HeldChild:
                 if number is not None:
                     signal.signal(number, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            os.read(release_r, 1)
+            if die_with_tracer:
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.read(release_r, 1) != b"x":
+                os._exit(127)  # the tracer went away before releasing us
             os.execvp(program, args)
         except OSError as error:
             try:

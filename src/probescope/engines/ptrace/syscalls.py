@@ -27,6 +27,8 @@ PTRACE_SETREGSET: Final = 0x4205
 PTRACE_SEIZE: Final = 0x4206
 PTRACE_INTERRUPT: Final = 0x4207
 PTRACE_LISTEN: Final = 0x4208
+PTRACE_GETSIGMASK: Final = 0x420A
+PTRACE_SETSIGMASK: Final = 0x420B
 
 PTRACE_O_TRACEFORK: Final = 0x2
 PTRACE_O_TRACEVFORK: Final = 0x4
@@ -76,6 +78,8 @@ _REQUEST_NAMES = {
     PTRACE_SEIZE: "PTRACE_SEIZE",
     PTRACE_INTERRUPT: "PTRACE_INTERRUPT",
     PTRACE_LISTEN: "PTRACE_LISTEN",
+    PTRACE_GETSIGMASK: "PTRACE_GETSIGMASK",
+    PTRACE_SETSIGMASK: "PTRACE_SETSIGMASK",
 }
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -181,6 +185,19 @@ def get_siginfo(tid: int, into: SigInfo | None = None) -> SigInfo:
     info = into if into is not None else SigInfo()
     ptrace(PTRACE_GETSIGINFO, tid, 0, ctypes.addressof(info))
     return info
+
+
+def get_sigmask(tid: int) -> int:
+    """The thread's blocked-signal mask (bit N-1 for signal N)."""
+    mask = ctypes.c_uint64(0)
+    ptrace(PTRACE_GETSIGMASK, tid, ctypes.sizeof(mask), ctypes.addressof(mask))
+    return int(mask.value)
+
+
+def set_sigmask(tid: int, value: int) -> None:
+    """Set the thread's blocked-signal mask (the kernel never blocks SIGKILL, SIGSTOP)."""
+    mask = ctypes.c_uint64(value & 0xFFFFFFFFFFFFFFFF)
+    ptrace(PTRACE_SETSIGMASK, tid, ctypes.sizeof(mask), ctypes.addressof(mask))
 
 
 def peek_word(tid: int, address: int) -> int:

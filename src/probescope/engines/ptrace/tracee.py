@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probescope.engines.ptrace import arch_x86_64 as arch
 from probescope.engines.ptrace import syscalls
@@ -22,6 +22,9 @@ from probescope.events import EventType
 from probescope.language.resolved import ResolvedProbe
 from probescope.system import procfs
 from probescope.system.maps import Mapping, read_maps
+
+if TYPE_CHECKING:
+    from probescope.engines.ptrace.dead_mans_switch import DeadMansSwitch
 
 Handler = Callable[[Any], None]
 
@@ -80,12 +83,19 @@ class Breakpoint:
     single_step: bool = False
     internal: str | None = None  # "rendezvous" for the dynamic linker's r_brk
     mapping_key: tuple[int, int] = (0, 0)
+    trap: bytes = arch.BREAKPOINT  # what covers the instruction: int3s, or one `hlt`
+
+    @property
+    def faults(self) -> bool:
+        """A `hlt` site: it faults before it runs (SIGSEGV, ip on the site), where an int3
+        traps after (SIGTRAP, ip one byte further)."""
+        return self.trap == arch.HALT
 
     @property
     def ambiguous(self) -> bool:
-        """A one-byte instruction: ip == address+1 may also be a plain instruction boundary,
+        """A one-byte int3 site: ip == address+1 may also be a plain instruction boundary,
         so a trap there must be confirmed with si_code."""
-        return self.instruction.length == arch.BREAKPOINT_SIZE
+        return not self.faults and self.instruction.length == arch.BREAKPOINT_SIZE
 
     @property
     def probe_base(self) -> int:
@@ -129,12 +139,27 @@ class AddressSpace:
         self.return_refusal: str | None = None
         self.unwinder_checked: set[tuple[int, int]] = set()
         self.semaphores: dict[int, int] = {}  # USDT semaphore address -> our increments
+        self.switch: DeadMansSwitch | None = None  # what lets the process outlive us
         self.shared_with: AddressSpace | None = None  # vfork child: parent's mm
         self.threads: set[int] = set()
         self.closed = False
 
     def in_xol(self, address: int) -> bool:
         return any(start <= address < start + size for start, size in self.xol_areas)
+
+    def ours(self, address: int) -> bool:
+        """Whether the address is in one of our XOL areas or the switch's area."""
+        return self.in_xol(address) or (self.switch is not None and self.switch.contains(address))
+
+    def trapped_at(self, ip: int) -> Breakpoint | None:
+        """The breakpoint a thread stopped at `ip` would have trapped on: a `hlt` site at ip,
+        or an int3 one byte before (for a one-byte int3 site the caller confirms the stop
+        was the trap — ip may be a plain instruction boundary there)."""
+        bp = self.breakpoints.get(ip)
+        if bp is not None and bp.faults:
+            return bp
+        bp = self.breakpoints.get(ip - arch.TRAP_IP_ADVANCE)
+        return bp if bp is not None and not bp.faults else None
 
     def slot_owner(self, address: int) -> Breakpoint | None:
         """The breakpoint whose slot (or step slot) starts at `address`."""
@@ -152,9 +177,11 @@ class Thread:
     """One traced thread."""
 
     __slots__ = (
-        "awaiting_first_stop", "comm", "comm_time", "group_stop", "injection_regs",
+        "awaiting_first_stop", "comm", "comm_time", "group_stop", "injection_mask",
+        "injection_regs",
         "pending_signal", "process", "regs", "regset", "running", "saved_affinity",
-        "shadow", "shstk_checked", "silent", "step", "stop_status", "tgid", "tid",
+        "serving", "shadow", "shstk_checked", "silent", "step", "stop_status", "tgid", "tid",
+        "unblocked",
     )  # fmt: skip
 
     def __init__(self, tid: int, process: AddressSpace, tgid: int | None = None) -> None:
@@ -167,6 +194,7 @@ class Thread:
         self.shadow: list[ReturnInstance] = []
         self.step: StepInFlight | None = None
         self.injection_regs: arch.Registers | None = None
+        self.injection_mask = 0  # its blocked signals, while an injected syscall holds them
         self.pending_signal = 0
         self.group_stop = False
         self.comm = ""
@@ -175,6 +203,8 @@ class Thread:
         self.saved_affinity: set[int] | None = None
         self.awaiting_first_stop = False
         self.stop_status = 0
+        self.serving = False  # the stop it is in is one of our traps, being served
+        self.unblocked = 0  # signals we removed from its blocked mask (a bit per signal)
         self.shstk_checked = False
 
     def current_comm(self, max_age: float = 0.1) -> str:

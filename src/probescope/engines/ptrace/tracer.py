@@ -79,6 +79,7 @@ class Tracer(Attaching, Detaching):
                     self._unknown(pid, status)
                 else:
                     thread.running = False
+                    thread.serving = False
                     thread.stop_status = status
                     if status & 0xFF == 0x7F:
                         if status >> 8 == signal.SIGTRAP:
@@ -114,7 +115,7 @@ class Tracer(Attaching, Detaching):
         process = thread.process
         address = regs.rip - arch.TRAP_IP_ADVANCE
         bp = process.breakpoints.get(address)
-        if bp is not None:
+        if bp is not None and not bp.faults:
             if bp.ambiguous and not self._trapped_by_int3(tid):
                 self._resume(thread, signal.SIGTRAP)
                 return
@@ -128,6 +129,7 @@ class Tracer(Attaching, Detaching):
             byte = process.memory.read(address, 1)
             if byte and byte != arch.BREAKPOINT:
                 # Our int3 was removed (dlclose, detach race) after this thread trapped on it.
+                thread.serving = True
                 regs.rip = address
                 thread.regset.store(tid)
                 self._resume(thread)
@@ -135,23 +137,32 @@ class Tracer(Attaching, Detaching):
         self._resume(thread, signal.SIGTRAP)
 
     def _hit(self, thread: Thread, bp: Breakpoint) -> None:
+        thread.serving = True
         regs = thread.regs
         address = bp.address
         regs.rip = address  # what handlers and %ip see, as in the kernel's handle_swbp
+        if bp.faults:
+            regs.eflags &= ~arch.RESUME_FLAG  # set by the fault, not by the program
         now = time.monotonic_ns()
         counters = self.counters
+        process = thread.process
+        rescan = process.rendezvous is None and self.installer.rescan_due(process)
+        if bp.internal == "rendezvous" or rescan:
+            # New breakpoints may need an injected mmap from this thread: let it rest on the
+            # site meanwhile, so that whatever happens to us it runs the instruction again.
+            thread.regset.store(thread.tid)
         if bp.internal is not None:
             counters.internal_hits += 1
             self._internal_hit(thread, bp)
         else:
             counters.hits += 1
-        if thread.process.rendezvous is None:
-            self.installer.maybe_rescan(thread)  # no dynamic-linker reports: look now and then
+        if rescan:
+            self.installer.rescan(thread)  # no dynamic-linker reports: look now and then
         if not thread.silent:
             if bp.entry_sites:
                 self._emit_entries(thread, bp, now)
             if bp.return_sites and regs.rip == address and self._may_hijack(thread):
-                done = returns.hijack(thread, bp, now)
+                done = returns.hijack(thread, bp, now, lambda: self._live_returns(process))
                 if done:
                     counters.hijacks += 1
                 elif done is None:
@@ -232,6 +243,7 @@ class Tracer(Attaching, Detaching):
     # -- return probes -----------------------------------------------------------------------
 
     def _trampoline(self, thread: Thread) -> None:
+        thread.serving = True
         self.counters.trampolines += 1
         if not thread.shadow:
             self.counters.notes.append(
@@ -240,12 +252,16 @@ class Tracer(Attaching, Detaching):
             self._resume(thread, signal.SIGSEGV)
             return
         now = time.monotonic_ns()
-        original, instances = returns.returned(thread)
+        remaining = list(thread.shadow)
+        original, instances = returns.returned_from(remaining, int(thread.regs.rsp))
         thread.regs.rip = original  # %ip of a return probe is the caller's return address
         if not thread.silent:
             for instance in instances:
                 self._emit_return(thread, instance, now)
         thread.regset.store(thread.tid)
+        # Popped only now: until the thread's ip is the real return address, detach (from a
+        # handler or a signal) finds the return it is making on the shadow stack.
+        thread.shadow[:] = remaining
         thread.stop_status = 0
         self._resume(thread)
 
@@ -332,6 +348,11 @@ class Tracer(Attaching, Detaching):
         if sig in _FAULT_SIGNALS:
             thread.regset.fetch(tid)
             rip = int(thread.regs.rip)
+            if sig == signal.SIGSEGV:
+                bp = thread.process.breakpoints.get(rip)
+                if bp is not None and bp.faults:
+                    self._hit(thread, bp)  # a `hlt` site: it faults before it runs
+                    return
             if thread.process.in_xol(rip):
                 info = syscalls.get_siginfo(tid, self._siginfo)
                 owner = thread.process.slot_owner(rip)

@@ -12,8 +12,9 @@ import signal
 from collections.abc import Sequence
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import rendezvous, restoring, returns, syscalls, xol
+from probescope.engines.ptrace import rendezvous, restoring, returns, syscalls
 from probescope.engines.ptrace.breakpoints import Installer
+from probescope.engines.ptrace.dead_mans_switch import GuardedInjector
 from probescope.engines.ptrace.fetch import FetchContext
 from probescope.engines.ptrace.tracee import (
     AddressSpace,
@@ -46,7 +47,7 @@ class TracerState:
         self.processes: dict[int, AddressSpace] = {}
         self.orphan_stops: dict[int, int] = {}
         self.unfollowed: set[int] = set()  # fork children to restore and let go
-        self.injector = xol.SyscallInjector()
+        self.injector = GuardedInjector()
         self.counters = Counters()
         self.installer = Installer(self.sites, options, self.counters, self.injector)
         self.out: list[Event] = []
@@ -62,6 +63,10 @@ class TracerState:
         self._siginfo = syscalls.SigInfo()
         self._waiter: InterruptibleWait | None = None
         self._fetch = FetchContext(arch.Registers(), None)  # type: ignore[arg-type]
+
+    def _live_returns(self, process: AddressSpace) -> set[int]:
+        """The stack slots of every return still pending in the address space."""
+        return {i.stack for t in self.threads.values() if t.process is process for i in t.shadow}
 
     def _trapped_by_int3(self, tid: int) -> bool:
         info = syscalls.get_siginfo(tid, self._siginfo)
@@ -89,6 +94,7 @@ class TracerState:
             if not self.options.follow_children:
                 self.unfollowed.add(child)
         thread.saved_affinity = parent.saved_affinity
+        thread.unblocked = parent.unblocked  # its mask is a copy of its creator's
         thread.comm = parent.comm
         thread.awaiting_first_stop = True
         thread.running = True
@@ -105,6 +111,7 @@ class TracerState:
         process.trampoline = parent.trampoline
         process.semaphores = dict(parent.semaphores)
         process.return_refusal = parent.return_refusal
+        process.switch = None if parent.switch is None else parent.switch.copy()
         if parent.rendezvous is not None:
             process.rendezvous = rendezvous.Rendezvous(
                 parent.rendezvous.r_brk, parent.rendezvous.r_debug, parent.rendezvous.objects
@@ -119,7 +126,24 @@ class TracerState:
             self.unfollowed.discard(thread.tid)
             self._release_copy(thread)
             return
+        self._unblock_traps(thread)
         self._resume(thread)
+
+    def _unblock_traps(self, thread: Thread) -> None:
+        """The signals the dead man's switch handles must not be blocked in a thread: the
+        kernel forces a trap through a blocked mask by resetting the handler to the default.
+        The thread gets its mask back when we let it go."""
+        switch = thread.process.switch
+        if switch is None:
+            return
+        wanted = sum(1 << (s - 1) for s in switch.signals)
+        try:
+            mask = syscalls.get_sigmask(thread.tid)
+            if mask & wanted:
+                syscalls.set_sigmask(thread.tid, mask & ~wanted)
+                thread.unblocked |= mask & wanted
+        except PtraceError:
+            pass
 
     def _release_copy(self, thread: Thread) -> None:
         """A fork child we do not follow: put its copy of the text and stack back, let go."""
@@ -127,6 +151,7 @@ class TracerState:
         returns.restore(thread)
         restoring.restore_text(process, thread, self.counters.notes)
         restoring.restore_semaphores(process)
+        restoring.reblock(thread)
         self._restore_affinity(thread)
         try:
             syscalls.detach(thread.tid, thread.pending_signal)
@@ -172,6 +197,7 @@ class TracerState:
             self._forget_thread(thread)
             return
         self.installer.prepare(thread, at_exec=True)
+        self._unblock_traps(thread)
         self._resume(thread)
 
     def _on_exit(self, thread: Thread, status: int) -> None:
@@ -218,12 +244,14 @@ class TracerState:
             sig, thread.pending_signal = thread.pending_signal, 0
         if not sig and not thread.group_stop:
             err = syscalls.cont_quietly(thread.tid)
+            thread.serving = False
             if err and err != ESRCH:
                 raise PtraceError(
                     f"PTRACE_CONT on thread {thread.tid} failed: {syscalls.error_text(err)}"
                 )
             thread.running = True  # (ESRCH: killed meanwhile, its exit report will follow)
             return
+        thread.serving = False
         try:
             if thread.group_stop:
                 syscalls.listen(thread.tid)
@@ -257,6 +285,7 @@ class TracerState:
             return
         self.tracer_affinity = mine
         self.cpu = cpu
+        self.installer.pinned_cpu = cpu
 
     def _pin_thread(self, thread: Thread, original: set[int] | None) -> None:
         if self.cpu is None:

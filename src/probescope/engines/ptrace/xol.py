@@ -25,6 +25,10 @@ _LOWEST = 0x10000
 _HIGHEST = 0x7FFFFFFFF000
 _EEXIST = 17
 _STACK_GUARD = 1 << 21
+_FAR_LOW = 0x200000000000
+_FAR_HIGH = 0x600000000000
+_FAR_GUARD = 1 << 20
+ALL_BUT_SIGTRAP = ((1 << 64) - 1) & ~(1 << (signal.SIGTRAP - 1))
 
 
 class SyscallInjector:
@@ -46,10 +50,20 @@ class SyscallInjector:
         tid = thread.tid
         thread.regset.fetch(tid)
         saved = thread.regs.copy()
+        if syscalls.stopped(thread.stop_status) and (
+            syscalls.stop_event(thread.stop_status) == syscalls.PTRACE_EVENT_EXEC
+        ):
+            saved.rax = 0  # execve's return value, written after its event stop
         thread.injection_regs = saved
         call = saved.copy()
         arch.set_syscall(call, site, number, *args)
         done = site + len(arch.SYSCALL_INSTRUCTION)
+        # Signals wait while the thread runs the call: one taken meanwhile would have to be
+        # kept aside, and a thread can be given back only one. Not SIGTRAP: the kernel resets
+        # the handler of a trap it has to force through a blocked mask (the step's trap).
+        mask = thread.injection_mask = syscalls.get_sigmask(tid)
+        syscalls.set_sigmask(tid, ALL_BUT_SIGTRAP)
+        self._lending(thread, done, saved)
         try:
             for _ in range(16):
                 # (Re)load the call: a stop can come before the syscall runs — the first step
@@ -81,14 +95,23 @@ class SyscallInjector:
                 raise PtraceError(f"injected system call in thread {tid} did not run")
             result = arch.syscall_result(thread.regs)
         finally:
-            if syscalls.stopped(thread.stop_status) and (
-                syscalls.stop_event(thread.stop_status) == syscalls.PTRACE_EVENT_EXEC
-            ):
-                saved.rax = 0  # execve's return value, written after its event stop
             thread.regs.assign(saved)
-            thread.regset.store(tid)
-            thread.injection_regs = None
+            try:
+                thread.regset.store(tid)
+                syscalls.set_sigmask(tid, mask)
+            except PtraceError:
+                pass  # still running the call: detach puts `injection_regs` back
+            else:
+                thread.injection_regs = None
+                self._returned(thread)
         return result
+
+    def _lending(self, thread: Thread, resume_ip: int, regs: arch.Registers) -> None:
+        """Called before the thread's registers are replaced: it will trap at `resume_ip`
+        after the call, and resume with `regs` afterwards."""
+
+    def _returned(self, thread: Thread) -> None:
+        """Called once the thread has its own registers back."""
 
 
 def find_syscall_instruction(process: AddressSpace) -> int:
@@ -193,6 +216,36 @@ def allocate_area(
             f"mmap failed with {syscalls.error_text(-result)}"
         )
     return result, False
+
+
+def allocate_far(
+    injector: SyscallInjector, thread: Thread, mappings: list[Mapping], size: int
+) -> int:
+    """Map a `size`-byte r-x area that needs no reach, far from everything the program maps
+    (between 32 and 96 TiB: below the mmap area, which grows down from near 128 TiB, and far
+    above brk), so the program's own layout is what it would be untraced."""
+    for gap_low, gap_high in gaps(mappings, _FAR_LOW, _FAR_HIGH):
+        start = (gap_low + _FAR_GUARD + 0xFFF) & ~0xFFF
+        if start + size + _FAR_GUARD > gap_high:
+            continue
+        result = injector.run(
+            thread,
+            arch.SYS_MMAP,
+            start,
+            size,
+            arch.PROT_READ_EXEC,
+            arch.MAP_PRIVATE_ANONYMOUS_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+        if result == start:
+            return result
+        if result >= 0:
+            injector.run(thread, arch.SYS_MUNMAP, result, size)
+        elif result != -_EEXIST:
+            break
+    start, _ = allocate_area(injector, thread, _FAR_LOW, _FAR_LOW, size)
+    return start
 
 
 def in_reach(slot: int, address: int) -> bool:
