@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from probescope.engines.base import EngineOptions
 from probescope.engines.registry import BY_NAME, availability
 from probescope.events import Event
 from probescope.session import Session
@@ -40,8 +41,10 @@ def build(name: str, flags: tuple[str, ...] = ("-O0", "-g")) -> Path:
 Key = tuple[str, str, int, int | None, tuple[object, ...]]
 
 
-def run(engine: str, specs: list[str], argv: list[str]) -> tuple[list[Event], int | None]:
-    session = Session(specs, engine=engine, command=[*no_aslr(), *argv])
+def run(
+    engine: str, specs: list[str], argv: list[str], options: EngineOptions | None = None
+) -> tuple[list[Event], int | None]:
+    session = Session(specs, engine=engine, command=[*no_aslr(), *argv], options=options)
     with session:
         events = list(session.events(duration=60))
     stats = session.summary().stats
@@ -68,11 +71,16 @@ def engines() -> tuple[str, ...]:
     return ("tracefs", "ptrace", "bpf") if bpf.ok else ("tracefs", "ptrace")
 
 
-def agree(specs: list[str], argv: list[str], check: Callable[[list[Event]], None]) -> None:
+def agree(
+    specs: list[str],
+    argv: list[str],
+    check: Callable[[list[Event]], None],
+    options: EngineOptions | None = None,
+) -> None:
     plain = subprocess.run([*no_aslr(), *argv], capture_output=True, text=True, timeout=60)
     results = {}
     for engine in engines():
-        events, status = run(engine, specs, argv)
+        events, status = run(engine, specs, argv, options)
         check(events)
         results[engine] = (by_process(events), status)
     for engine in engines():
@@ -203,6 +211,47 @@ def test_libc_malloc() -> None:
         ["c:malloc size=arg1:u64", "r:c:malloc"],
         [str(binary)],
         lambda events: assert_some(events, "malloc", 3),
+    )
+
+
+def test_filters_on_uprobes() -> None:
+    """Issue 16 item 7: `... if EXPR` and --filter on uprobes — the kernel's event filter in
+    tracefs, compiled into the program in bpf, evaluated in Python by ptrace: numbers, strings
+    and globs alike."""
+    binary = build("loop.c")
+    specs = [
+        f"{binary}:work i=arg1:s32 name=+0(arg2):string if i > 2 && name ~ \"*d\"",
+        f"r:{binary}:work ret=retval:s32 if ret & 1 || ret == 122",
+    ]
+
+    def check(events: list[Event]) -> None:
+        seen = [(e.name, tuple(e.args)) for e in events]
+        assert seen == [("work__return", (122,)), ("work", (3, "odd")), ("work", (5, "odd"))]
+
+    agree(specs, [str(binary), "7"], check)
+
+
+def test_a_filter_casts_its_number_to_the_fields_type() -> None:
+    """The first byte of `struct bits {a:3=5, b:5=17}` is 0x8d: 0x18d, cast to u8 as the
+    kernel casts it, matches; and the pseudo field comm."""
+    binary = build("loop.c")
+    specs = [f"p:cross/bits {binary}:work b=+0(arg3):u8 if b == 0x18d && comm ~ \"lo*\""]
+    agree(
+        specs,
+        [str(binary), "4"],
+        lambda events: [tuple(e.args) for e in events] == [(0x8D,)] * 4
+        or pytest.fail(str(events)),
+    )
+
+
+def test_the_default_filter_on_uprobes() -> None:
+    binary = build("loop.c")
+    agree(
+        [f"{binary}:work i=arg1:s32 name=+0(arg2):string"],
+        [str(binary), "9"],
+        lambda events: [e.args for e in events] == [(5, "odd"), (7, "odd")]
+        or pytest.fail(str([e.args for e in events])),
+        EngineOptions(default_filter='i >= 4 && name != "even" && i < 8 && common_pid > 0'),
     )
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
 from probescope.engines.launch import GatedCommand
+from probescope.engines.python_filter import probe_filters
 from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
 from probescope.engines.tracefs.event_formats import session_decoder
 from probescope.engines.tracefs.function_tracer import start_function_tracer
@@ -46,8 +47,10 @@ from probescope.engines.tracefs.reaper import find_leftovers, leftovers_named, r
 from probescope.engines.tracefs.session_events import (
     enable_group,
     enable_tracepoints,
+    event_filters,
     install,
     session_specs,
+    set_event_filters,
 )
 from probescope.engines.tracefs.spool import PageSpool
 from probescope.engines.tracefs.static_plan import check_functions, plan_tracepoints
@@ -164,6 +167,7 @@ class TracefsEngine:
                 allow_all=self.options.allow_all_functions,
             )
         )
+        filters = probe_filters(dynamic, self.options.default_filter)  # checked before any write
         self._reap_dead_sessions(tracefs)
         owner = Owner.current()
         serial = self._free_serial(tracefs, owner)
@@ -188,6 +192,9 @@ class TracefsEngine:
             instance.set_buffer_percent(0)  # wake the recorder at the first event
             session = session_specs(dynamic, self.group)
             specs, self._types = session.specs, session.types
+            expressions = event_filters(
+                specs, [filters[p][0] if p in filters else None for p in dynamic]
+            )
             user_stacks = self._user_stacks(specs)
             if user_stacks:
                 # After each event the kernel records the user stack (frame pointers): a
@@ -195,6 +202,7 @@ class TracefsEngine:
                 instance.set_option("userstacktrace", True)
             install(tracefs, specs, self._installed.events)
             self.definitions += [spec.definition() for spec in specs]
+            set_event_filters(instance, self.group, expressions)
             self._decoder = session_decoder(
                 instance,
                 specs,
