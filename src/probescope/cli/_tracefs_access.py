@@ -16,10 +16,10 @@ def tracefs_for(what: str) -> Tracefs:
     try:
         return Tracefs.discover()
     except EngineUnavailable as error:
-        reason = error.message.removesuffix(": not root")
-        root = os.geteuid() == 0
+        reason = error.message
+        if reason.endswith(": not root"):
+            reason = reason.removesuffix(": not root") + " to this user (not root)"
         raise EngineUnavailable(
-            f"{what} needs the kernel's tracefs, and {reason}"
-            + ("" if root else " to this user (not root)"),
-            hint=error.hint if root else "run it as root (e.g. with sudo)",
+            f"{what} needs the kernel's tracefs, and {reason}",
+            hint=error.hint if os.geteuid() == 0 else "run it as root (e.g. with sudo)",
         ) from None

@@ -94,7 +94,15 @@ def _run(words: list[str]) -> int:
             )
             return EXIT_USAGE
     parser = build_parser(_command_in(words) or "")  # "": no command, so no options to parse
-    args = parser.parse_args(words)
+    try:
+        args = parser.parse_args(words)
+    except SystemExit as end:  # --help, --version, a usage error
+        sys.stdout.flush()
+        if end.code == 0:  # what --help printed must have got out (argparse hides a failure)
+            from probescope.sinks.base import StreamWatch
+
+            StreamWatch(sys.stdout).check()
+        raise
     try:
         return int(args.run(args))
     except EngineUnavailable as error:

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from rich.console import Console
 from rich.table import Table
 
+from probescope.cli._console import console as make_console
 from probescope.engines.base import EngineOptions
 from probescope.engines.registry import ENGINE_CHOICES
 from probescope.errors import ProbescopeError
@@ -181,7 +181,7 @@ def print_summary(summary: Summary, stream: IO[str], *, said: Sequence[str] = ()
     """The report on stderr: events shown, and where the engine counted more hits than were
     shown, where each went (after the stop, or not recorded: other processes, filters, loss);
     notes not already printed (`said`)."""
-    console = Console(file=stream, soft_wrap=True, highlight=False)
+    console = make_console(stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
     hits_title = summary.stats.hits_title if summary.stats else None
     kernel_hits = summary.stats.hits if summary.stats and hits_title else {}
