@@ -131,9 +131,7 @@ def test_a_reader_that_took_stderr_too() -> None:
     ids=lambda args: " ".join(args),
 )
 @pytest.mark.parametrize("lines_first", [0, 1], ids=["closed-at-once", "after-a-line"])
-def test_every_command_ends_quietly_into_a_closed_pipe(
-    args: list[str], lines_first: int
-) -> None:
+def test_every_command_ends_quietly_into_a_closed_pipe(args: list[str], lines_first: int) -> None:
     if args[:2] == ["list", "tracepoints"] and skip_reason() is not None:
         pytest.skip(skip_reason())
     if args[-1] == "USDT":

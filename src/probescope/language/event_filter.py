@@ -240,4 +240,3 @@ def glob_kind(text: str) -> tuple[str, str]:
     if kind == "front":
         return kind, text[:-1]
     return kind, text
-

@@ -123,4 +123,3 @@ class StreamWatch:
         """Raise BrokenPipeError when the reader is gone."""
         if self._poller is not None and self._poller.poll(0):
             raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
-

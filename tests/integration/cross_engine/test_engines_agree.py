@@ -220,7 +220,7 @@ def test_filters_on_uprobes() -> None:
     and globs alike."""
     binary = build("loop.c")
     specs = [
-        f"{binary}:work i=arg1:s32 name=+0(arg2):string if i > 2 && name ~ \"*d\"",
+        f'{binary}:work i=arg1:s32 name=+0(arg2):string if i > 2 && name ~ "*d"',
         f"r:{binary}:work ret=retval:s32 if ret & 1 || ret == 122",
     ]
 
@@ -235,12 +235,11 @@ def test_a_filter_casts_its_number_to_the_fields_type() -> None:
     """The first byte of `struct bits {a:3=5, b:5=17}` is 0x8d: 0x18d, cast to u8 as the
     kernel casts it, matches; and the pseudo field comm."""
     binary = build("loop.c")
-    specs = [f"p:cross/bits {binary}:work b=+0(arg3):u8 if b == 0x18d && comm ~ \"lo*\""]
+    specs = [f'p:cross/bits {binary}:work b=+0(arg3):u8 if b == 0x18d && comm ~ "lo*"']
     agree(
         specs,
         [str(binary), "4"],
-        lambda events: [tuple(e.args) for e in events] == [(0x8D,)] * 4
-        or pytest.fail(str(events)),
+        lambda events: [tuple(e.args) for e in events] == [(0x8D,)] * 4 or pytest.fail(str(events)),
     )
 
 
@@ -249,8 +248,10 @@ def test_the_default_filter_on_uprobes() -> None:
     agree(
         [f"{binary}:work i=arg1:s32 name=+0(arg2):string"],
         [str(binary), "9"],
-        lambda events: [e.args for e in events] == [(5, "odd"), (7, "odd")]
-        or pytest.fail(str([e.args for e in events])),
+        lambda events: (
+            [e.args for e in events] == [(5, "odd"), (7, "odd")]
+            or pytest.fail(str([e.args for e in events]))
+        ),
         EngineOptions(default_filter='i >= 4 && name != "even" && i < 8 && common_pid > 0'),
     )
 

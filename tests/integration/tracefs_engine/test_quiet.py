@@ -74,9 +74,7 @@ def test_a_system_wide_syscall_trace_shows_none_of_probescopes_processes(
     records = [json.loads(line) for line in output.read_text().splitlines()]
     seen = {r["tid"] for r in records} | {r["pid"] for r in records}
     assert os.getpid() in seen, "the trace records other processes' system calls"
-    assert seen & ours == set(), {
-        name: sorted(set(pids) & seen) for name, pids in helpers.items()
-    }
+    assert seen & ours == set(), {name: sorted(set(pids) & seen) for name, pids in helpers.items()}
 
 
 def wait_until_armed_tracepoint(pid: int, timeout: float = 60.0) -> None:

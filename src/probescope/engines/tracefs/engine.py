@@ -495,7 +495,6 @@ class TracefsEngine:
                 hint="run `probescope cleanup --all` once the cause is fixed",
             )
 
-
     def _sweep(self, tracefs: Tracefs) -> list[TracefsError]:
         """Whatever still carries this session's names: what a signal cut off between the
         kernel creating an object and this engine recording it."""

@@ -73,9 +73,7 @@ def install(
         )
 
 
-def event_filters(
-    specs: Sequence[ProbeSpec], expressions: Sequence[str | None]
-) -> dict[str, str]:
+def event_filters(specs: Sequence[ProbeSpec], expressions: Sequence[str | None]) -> dict[str, str]:
     """The filter of each session event (by event name) from the filter of each of its
     probes (`expressions`, in the order of `specs`): the probes of one event share its
     `filter` file, so they must agree."""

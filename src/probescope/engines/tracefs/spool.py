@@ -110,6 +110,8 @@ class PageSpool:
             try:
                 self._record()
                 status = 0
+            except BrokenPipeError:  # the session is gone (killed): nobody to record for
+                status = 0
             except BaseException:  # the child must never unwind into the parent's code
                 with contextlib.suppress(BaseException):
                     traceback.print_exc()
