@@ -5,10 +5,11 @@ model it needs): `probescope resolve` and `probescope symbols` must answer in th
 takes to read a symbol table, not in the time it takes to import the tracing engines.
 
 Whatever a user does ends in a sentence, never a traceback: bad input exits 2 (argparse's
-usage errors too), a machine that cannot do what is asked (no tracefs for this user, no engine
-for these probes) exits 1, Ctrl-C 130, SIGTERM and SIGHUP 128+N, and a closed output (`| head`)
-ends the command quietly with 141, as a Unix tool killed by SIGPIPE — teardown having run on
-every one of these paths.
+usage errors too) and touches no kernel state, a machine that cannot do what is asked (no
+tracefs for this user, no engine for these probes, the kernel or the traced process refusing)
+exits 1, Ctrl-C 130, SIGTERM and SIGHUP 128+N, and a closed output (`| head`) ends the command
+quietly with 141, as a Unix tool killed by SIGPIPE — teardown having run on every one of
+these paths.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 
 from probescope import __version__
-from probescope.errors import EngineUnavailable, ProbescopeError
+from probescope.errors import (
+    BpfError,
+    EngineUnavailable,
+    ProbescopeError,
+    PtraceError,
+    TracefsError,
+)
 
 # name -> (module under probescope.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -36,6 +43,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 1
+# What the kernel or a process refused once probescope acted on it: exit 1, not 2 — a 2 says
+# the input was refused before anything was touched.
+REFUSALS = (TracefsError, PtraceError, BpfError)
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
 
@@ -105,7 +115,7 @@ def _run(words: list[str]) -> int:
         raise
     try:
         return int(args.run(args))
-    except EngineUnavailable as error:
+    except (EngineUnavailable, *REFUSALS) as error:
         _say(error.render())
         return EXIT_UNAVAILABLE
     except ProbescopeError as error:

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         engine=args.engine,
         pids=args.pid,
         existing_children=args.children,
-        command=shlex.split(args.command) if args.command else None,
+        command=_command(args.command),
         options=engine_options(args),
         kernel=kernel,
     )
@@ -149,6 +149,22 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_summary(summary, sys.stderr, said=said)
     return summary.exit_status()
+
+
+def _command(text: str | None) -> list[str] | None:
+    """`-c CMD` split as a shell would split it (without running a shell)."""
+    if text is None:
+        return None
+    try:
+        argv = shlex.split(text)
+    except ValueError as error:
+        raise ProbescopeError(
+            f"cannot split the command {text!r}: {error}",
+            hint="quote it as a shell would: -c 'prog \"an argument\"'",
+        ) from None
+    if not argv:
+        raise ProbescopeError("the command (-c) is empty", hint="e.g. -c './prog arg'")
+    return argv
 
 
 def _open_output(path: str) -> IO[str]:

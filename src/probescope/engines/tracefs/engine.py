@@ -168,6 +168,7 @@ class TracefsEngine:
             )
         )
         filters = probe_filters(dynamic, self.options.default_filter)  # checked before any write
+        _check_clock(tracefs, self.options.clock)
         self._reap_dead_sessions(tracefs)
         owner = Owner.current()
         serial = self._free_serial(tracefs, owner)
@@ -505,6 +506,18 @@ class TracefsEngine:
             return reap(tracefs, leftovers_named(tracefs, name, group))
         except TracefsError as error:
             return [error]
+
+
+def _check_clock(tracefs: Tracefs, clock: str) -> None:
+    """The trace clock is one this kernel has (its instances offer the top level's), before
+    anything is created."""
+    text = tracefs.read("trace_clock") if tracefs.exists("trace_clock") else ""
+    available = text.replace("[", "").replace("]", "").split()
+    if available and clock not in available:
+        raise ProbescopeError(
+            f"trace clock {clock!r} is not available",
+            hint=f"choose one of: {', '.join(available)}",
+        )
 
 
 _CLOCKS = {
