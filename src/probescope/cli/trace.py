@@ -12,19 +12,17 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from rich.table import Table
-
-from probescope.cli._console import console as make_console
 from probescope.engines.base import EngineOptions
 from probescope.engines.registry import ENGINE_CHOICES
 from probescope.errors import ProbescopeError
 from probescope.session import Session, Summary
-from probescope.sinks.base import open_sink, output_formats
+from probescope.sinks.base import open_sink, output_format, output_formats
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, *, outputs: bool = True) -> None:
+    """`trace`'s arguments; without `outputs`, those of the session alone (no -o, -f)."""
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
     target = parser.add_mutually_exclusive_group()
     target.add_argument(
@@ -50,10 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-n", "--count", type=_positive, metavar="COUNT", help="stop after COUNT events"
     )
-    parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
-    parser.add_argument(
-        "-f", "--format", default="text", choices=output_formats(), help="event output format"
-    )
+    if outputs:
+        parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
+        parser.add_argument(
+            "-f", "--format", default="text", choices=output_formats(), help="event output format"
+        )
     parser.add_argument("--engine", default="auto", choices=ENGINE_CHOICES)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the definitions that would be written"
@@ -128,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         engine=args.engine,
         pids=args.pid,
         existing_children=args.children,
-        command=_command(args.command),
+        command=command_argv(args.command),
         options=engine_options(args),
         kernel=kernel,
     )
@@ -141,17 +140,20 @@ def run(args: argparse.Namespace) -> int:
         for note in said:  # why `auto` passed engines over, before the first event
             print(f"note: {note}", file=sys.stderr, flush=True)
     with contextlib.ExitStack() as stack:
-        stream: IO[Any] = sys.stdout
+        binary = output_format(args.format).binary
+        stream: IO[Any] = sys.stdout.buffer if binary else sys.stdout
         if args.output:
-            stream = stack.enter_context(_open_output(args.output))
-        sink = open_sink(args.format, stream, context=session.kernel_context())
+            stream = stack.enter_context(_open_output(args.output, binary=binary))
+        sink = open_sink(
+            args.format, stream, context=session.kernel_context(), **sink_options(args, session)
+        )
         summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
         print_summary(summary, sys.stderr, said=said)
     return summary.exit_status()
 
 
-def _command(text: str | None) -> list[str] | None:
+def command_argv(text: str | None) -> list[str] | None:
     """`-c CMD` split as a shell would split it (without running a shell)."""
     if text is None:
         return None
@@ -167,9 +169,11 @@ def _command(text: str | None) -> list[str] | None:
     return argv
 
 
-def _open_output(path: str) -> IO[str]:
+def _open_output(path: str, *, binary: bool = False) -> IO[Any]:
     """`-o FILE`, opened before anything is attached; a clear error when it cannot be."""
     try:
+        if binary:
+            return open(path, "wb")
         return open(path, "w", errors="surrogateescape")
     except OSError as error:
         reason = os.strerror(error.errno) if error.errno else str(error)
@@ -179,6 +183,22 @@ def _open_output(path: str) -> IO[str]:
         raise ProbescopeError(
             f"cannot write the output file {path!r}: {reason}", hint=hint
         ) from None
+
+
+def sink_options(args: argparse.Namespace, session: Session) -> dict[str, Any]:
+    """What the chosen output takes from the session beyond its KernelContext: a Perfetto
+    trace, which entry probes a return probe ends (they become slices)."""
+    if args.format != "perfetto":
+        return {}
+    from probescope.language.model import ProbeSpec
+    from probescope.sinks.perfetto import entry_events_with_returns
+
+    places = [
+        (probe.spec.event_name, probe.kind, probe.path, probe.offset)
+        for probe in session.probes
+        if isinstance(probe.spec, ProbeSpec)
+    ]
+    return {"slices": entry_events_with_returns((), places)}
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:
@@ -197,6 +217,10 @@ def print_summary(summary: Summary, stream: IO[str], *, said: Sequence[str] = ()
     """The report on stderr: events shown, and where the engine counted more hits than were
     shown, where each went (after the stop, or not recorded: other processes, filters, loss);
     notes not already printed (`said`)."""
+    from rich.table import Table  # only once the session is over: not on its start-up path
+
+    from probescope.cli._console import console as make_console
+
     console = make_console(stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
     hits_title = summary.stats.hits_title if summary.stats else None

@@ -59,9 +59,22 @@ ENGINES: tuple[EngineEntry, ...] = (
         frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE}),
         "uprobes re-implemented in user space with ptrace (no root needed)",
     ),
+    EngineEntry(
+        "fentry",
+        "probescope.engines.fentry.fallback",
+        "FallbackEngine",
+        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.FUNCTION}),
+        "function entries and returns patched into jumps, no trap per hit (processes only)",
+    ),
 )
 BY_NAME = {entry.name: entry for entry in ENGINES}
 ENGINE_CHOICES = ("auto", *BY_NAME)
+
+
+def _user_function_tracer(probes: Sequence[ResolvedProbe]) -> bool:
+    from probescope.engines.fentry.catalog import user_function_pattern
+
+    return any(user_function_pattern(probe.spec) is not None for probe in probes)
 
 
 def availability(entry: EngineEntry, kernel: RunningKernel | None = None) -> Availability:
@@ -84,6 +97,8 @@ def create_engine(
     handles every probe; why each engine before it was passed over is appended to `notes`.
     An engine may refuse particular probes with an `unsupported(probes) -> str | None`."""
     kinds = {probe.kind for probe in probes}
+    if name == "auto" and ProbeKind.FUNCTION in kinds and _user_function_tracer(probes):
+        name = "fentry"  # `f:./prog:GLOB`: the user-space function tracer is fentry's
     kernel = kernel or RunningKernel.read()
     options = options or EngineOptions()
     if name != "auto":

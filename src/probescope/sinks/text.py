@@ -445,6 +445,9 @@ def function_printer(event_type: EventType, context: KernelContext) -> BodyTempl
         return _StackLines(context)
     if event_type.name == "user_stack":
         return _user_stack_lines
+    user_calls = getattr(event_type.format, "call_text", None)
+    if user_calls is not None:  # the user-space function tracer: the program's own symbols
+        return user_calls  # type: ignore[no-any-return]
     return BodyTemplate(
         "%s", (f"_calls[e[{_ARGS}][0], e[{_ARGS}][1]]",), {"_calls": _CallText(context)}
     )

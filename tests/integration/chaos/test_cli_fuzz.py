@@ -6,9 +6,9 @@ copy of this process. It never prints a traceback, never touches kernel state wh
 never hangs: a command still running after a few seconds is a live trace, which must then end
 cleanly on Ctrl-C. Nothing it creates outlives it.
 
-The child runs with PATH pointing at an empty directory and with targets (`-p`, `-c`) drawn
-from the test's own programs only, so no generated word can start or attach to anything else;
-`cleanup` always gets `--dry-run`. PROBESCOPE_FUZZ_EXAMPLES sets the number of examples.
+The child runs with PATH pointing at (and in) an empty directory and with targets (`-p`, `-c`)
+drawn from the test's own programs only, so no generated word can start or attach to anything
+else nor write anywhere but there; `cleanup` always gets `--dry-run`. PROBESCOPE_FUZZ_EXAMPLES sets the number of examples.
 """
 
 from __future__ import annotations
@@ -225,6 +225,7 @@ def run_main(
                 sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
                 sys.stderr = open(2, "w", errors="backslashreplace", closefd=False)  # noqa: SIM115
                 os.environ["PATH"] = empty_path
+                os.chdir(empty_path)  # `record` writes trace.dat here by default
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 _watch_kernel_writes(touched_w)
                 status = main(argv)

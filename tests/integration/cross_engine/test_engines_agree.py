@@ -1,8 +1,10 @@
 """Cross-engine differential tests: the same specs on the same programs give the same events on
-`--engine ptrace`, `--engine tracefs` and `--engine bpf` (address randomization is off in every
-run, so even the addresses agree; timestamps, cpu and process ids aside), and the program's own
-output and exit status are the same with every engine and without probescope. The bpf engine
-takes part where the kernel lets this process use BPF."""
+`--engine ptrace`, `--engine tracefs`, `--engine bpf` and `--engine fentry` (address
+randomization is off in every run, so even the addresses agree; timestamps, cpu and process ids
+aside), and the program's own output and exit status are the same with every engine and without
+probescope. The bpf engine takes part where the kernel lets this process use BPF; the fentry
+engine wherever it takes every probe itself (function entries and returns whose arguments need
+no memory reads), not through its fallback."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from probescope.engines.base import EngineOptions
+from probescope.engines.fentry.engine import FentryEngine
 from probescope.engines.registry import BY_NAME, availability
 from probescope.events import Event
 from probescope.session import Session
@@ -71,6 +74,14 @@ def engines() -> tuple[str, ...]:
     return ("tracefs", "ptrace", "bpf") if bpf.ok else ("tracefs", "ptrace")
 
 
+def engines_for(specs: list[str]) -> tuple[str, ...]:
+    """engines(), and fentry when it can run here and takes every probe."""
+    fentry = FentryEngine()
+    if not fentry.available().ok or fentry.refusals(Session(specs).probes):
+        return engines()
+    return (*engines(), "fentry")
+
+
 def agree(
     specs: list[str],
     argv: list[str],
@@ -79,11 +90,11 @@ def agree(
 ) -> None:
     plain = subprocess.run([*no_aslr(), *argv], capture_output=True, text=True, timeout=60)
     results = {}
-    for engine in engines():
+    for engine in engines_for(specs):
         events, status = run(engine, specs, argv, options)
         check(events)
         results[engine] = (by_process(events), status)
-    for engine in engines():
+    for engine in results:
         assert results[engine][0] == results["tracefs"][0], f"{engine} differs from tracefs"
         assert results[engine][1] == results["tracefs"][1] == plain.returncode, engine
 
