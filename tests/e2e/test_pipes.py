@@ -144,6 +144,24 @@ def test_every_command_ends_quietly_into_a_closed_pipe(args: list[str], lines_fi
     assert "error" not in err.lower(), err
 
 
+def test_report_ends_quietly_into_a_closed_pipe(tmp_path: Path) -> None:
+    program = busy()
+    recording = tmp_path / "run.dat"
+    made = subprocess.run(
+        [
+            *(sys.executable, "-m", "probescope", "record", "-q", "-o", str(recording)),
+            *("--engine", engines()[-1], "-c", f"{program} 3000", f"{program}:work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    for lines_first in (0, 1):
+        status, err, _ = into_closed_pipe(["report", str(recording)], lines_first=lines_first)
+        assert status == 141, err
+
+
 @functools.cache
 def usdt_program() -> Path:
     return compile_program(

@@ -188,6 +188,23 @@ def test_the_commands_that_need_no_kernel_work(python: str, program: Path, hidde
     for args in (["--version"], ["--help"], ["trace", "--help"], ["list", "--help"]):
         shown = probescope(python, *args, hide_tracefs=hidden)
         assert shown.returncode == 0, (args, shown.stderr)
+    recording = program.parent / "writable" / "run.dat"
+    recording.parent.mkdir(exist_ok=True)
+    os.chown(recording.parent, NOBODY, NOBODY)
+    made = probescope(
+        python,
+        "record",
+        "-o",
+        str(recording),
+        "-c",
+        f"{program} 2",
+        f"{program}:func_1",
+        hide_tracefs=hidden,
+    )
+    assert made.returncode == 0 and "(ptrace engine" in made.stderr, made.stderr
+    report = probescope(python, "report", str(recording), hide_tracefs=hidden)
+    assert report.returncode == 0, report.stderr
+    assert len([line for line in report.stdout.splitlines() if "func_1:" in line]) == 2
     bad = probescope(python, "trace", f"{program}:nope", "-c", str(program))
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
 

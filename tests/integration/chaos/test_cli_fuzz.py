@@ -8,7 +8,8 @@ cleanly on Ctrl-C. Nothing it creates outlives it.
 
 The child runs with PATH pointing at (and in) an empty directory and with targets (`-p`, `-c`)
 drawn from the test's own programs only, so no generated word can start or attach to anything
-else nor write anywhere but there; `cleanup` always gets `--dry-run`. PROBESCOPE_FUZZ_EXAMPLES sets the number of examples.
+else nor write anywhere but there; `cleanup` always gets `--dry-run`. PROBESCOPE_FUZZ_EXAMPLES
+sets the number of examples.
 """
 
 from __future__ import annotations

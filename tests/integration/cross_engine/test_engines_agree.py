@@ -242,6 +242,19 @@ def test_filters_on_uprobes() -> None:
     agree(specs, [str(binary), "7"], check)
 
 
+def test_an_integer_filter_in_every_engine() -> None:
+    """Registers only: the fentry engine takes it too (and evaluates the filter in Python)."""
+    binary = build("loop.c")
+    agree(
+        [f"{binary}:work i=arg1:s32 if i > 2 && i != 4 && common_pid > 0"],
+        [str(binary), "7"],
+        lambda events: (
+            [tuple(e.args) for e in events] == [(3,), (5,), (6,)]
+            or pytest.fail(str([e.args for e in events]))
+        ),
+    )
+
+
 def test_a_filter_casts_its_number_to_the_fields_type() -> None:
     """The first byte of `struct bits {a:3=5, b:5=17}` is 0x8d: 0x18d, cast to u8 as the
     kernel casts it, matches; and the pseudo field comm."""
