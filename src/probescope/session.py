@@ -1,5 +1,9 @@
 """Orchestration: specs → resolution → engine → events → sinks, with teardown guaranteed on
-every exit path (normal end, exceptions, Ctrl-C, SIGTERM, SIGHUP)."""
+every exit path (normal end, exceptions, Ctrl-C, SIGTERM, SIGHUP, a closed output).
+
+While events stream, the first Ctrl-C, SIGTERM or SIGHUP ends the session the way `-d` and
+`-n` do: an engine that can (`stop()`) stops recording and delivers what it had recorded
+before the stop; a second signal cuts the draining short."""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
     from probescope.record.recorder import RawRecorder
 
 _TYPE = operator.attrgetter("type")
+DRAIN_SECONDS = 5.0  # at most this long delivering what an engine had recorded before a stop
 
 
 class Terminated(ProbescopeError):
@@ -53,6 +58,29 @@ def signals_end_session() -> Iterator[None]:
 
     previous = {}
     for signum in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError):
+            previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextlib.contextmanager
+def signals_request_stop(request: list[int]) -> Iterator[None]:
+    """While events stream: the first SIGINT, SIGTERM or SIGHUP is appended to `request` (the
+    session stops and drains at its next batch), a second one ends at once as before."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if request:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Terminated(signum)
+        request.append(signum)
+
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError):
             previous[signum] = signal.signal(signum, handler)
     try:
@@ -98,10 +126,23 @@ class Summary:
     lost: int = 0
     stats: EngineStats | None = None
     reason: str = "end"
+    # Hits after the session's stop, by event: those the engine counted after it (the
+    # kernel's counters run on while the session tears down) and events recorded before it
+    # but not shown (past `-n COUNT`).
+    after_stop: Counter[str] = field(default_factory=Counter)
 
     @property
     def total(self) -> int:
         return sum(self.hits.values())
+
+    def unrecorded(self, name: str) -> int:
+        """Of the engine's hits of `name`, those neither shown nor after the stop: hits in
+        other processes, filtered out, or lost (the kernel counts every hit of a uprobe, in
+        every process, before filters)."""
+        if self.stats is None or self.stats.hits_title is None or name not in self.stats.hits:
+            return 0
+        rest = self.stats.hits[name] - self.hits.get(name, 0) - self.after_stop.get(name, 0)
+        return max(rest, 0)
 
     @property
     def command_status(self) -> int | None:
@@ -111,7 +152,10 @@ class Summary:
 
     def exit_status(self) -> int:
         """What `probescope trace` exits with: like strace, the command's own status when it ran
-        to its end (128+N when signal N killed it), else 0."""
+        to its end (128+N when signal N killed it), 128+SIGPIPE when its output was closed (as
+        a Unix tool writing into a closed pipe), else 0."""
+        if self.reason == OUTPUT_CLOSED:
+            return 128 + signal.SIGPIPE
         status = self.command_status
         if self.reason != "end" or status is None:
             return 0
@@ -119,6 +163,7 @@ class Summary:
 
 
 Handler = Callable[[Any], Any]
+OUTPUT_CLOSED = "output closed"
 
 
 def _with_children(pids: Sequence[int], existing: bool, notes: list[str]) -> tuple[int, ...]:
@@ -202,9 +247,12 @@ class Session:
         self.handlers: list[tuple[str | Spec, Handler]] = []
         self.hits: Counter[str] = Counter()
         self.kinds: Counter[str] = Counter()
+        self.not_shown: Counter[str] = Counter()  # recorded before the stop, past -n COUNT
         self.lost = 0
+        self._stop_request: list[int] = []  # the signal that asked the session to end
         self.engine_notes: list[str] = []  # why `auto` passed engines over, for the summary
         self._started = 0.0
+        self._attached = False
         self._closed = False
         self.end_reason = "end"
         self._kernel_context: KernelContext | None = None
@@ -227,9 +275,12 @@ class Session:
         (ptrace engine). `ctx` reads and writes registers and memory; see docs/ptrace-engine.md."""
         self.handlers.append((spec, handler))
 
-    def start(self) -> Session:
+    def prepare(self) -> Engine:
+        """Choose and build the engine without attaching it (`auto`: the first that runs here
+        and takes every probe; why it passed others over is in `engine_notes`), so that a
+        caller can say which it is before tracing starts. start() does it when not done."""
         if self.engine is not None:
-            return self
+            return self.engine
         engine = create_engine(
             self.engine_name if not self.handlers else self._handler_engine(),
             self.probes,
@@ -242,6 +293,13 @@ class Session:
         if not self.probes:
             raise ProbescopeError("no probes to trace", hint="give at least one probe spec")
         self.engine = engine
+        return engine
+
+    def start(self) -> Session:
+        if self._attached:
+            return self
+        engine = self.prepare()
+        self._attached = True
         self._started = time.monotonic()
         try:
             engine.attach(self.probes, self.target)
@@ -288,31 +346,59 @@ class Session:
         self, *, duration: float | None = None, count: int | None = None
     ) -> Iterator[EventBatch]:
         """Like events(), a batch at a time (what the engine decoded together; empty batches
-        mark idle moments) — the cheap path for sinks and counters."""
+        mark idle moments) — the cheap path for sinks and counters.
+
+        At the end (`duration`, `count`, a signal while run() streams), an engine that can
+        stop stops recording and what it recorded before is still delivered (past `count`:
+        counted as not shown), for at most DRAIN_SECONDS."""
         self.start()
         assert self.engine is not None
         deadline = None if duration is None else self._started + duration
         seen = 0
         hits, kinds = self.hits, self.kinds
+        drain_until: float | None = None  # set once stopped: delivering what was recorded
         for item in self.engine.events():
             batch = item if isinstance(item, EventBatch) else EventBatch([item])
             if batch.lost:
                 self.lost += max(batch.lost, 1)
             events = batch.events
             if count is not None and seen + len(events) >= count:
+                self._not_shown(events[count - seen :])
                 events = events[: count - seen]
                 batch = EventBatch(events, batch.lost, batch.cpu)
             for event_type, hits_of_type in Counter(map(_TYPE, events)).items():
                 hits[f"{event_type.group}/{event_type.name}"] += hits_of_type
                 kinds[event_type.kind.value] += hits_of_type
             seen += len(events)
-            yield batch
-            if count is not None and seen >= count:
-                self.end_reason = f"{count} events"
+            if events or batch.lost or drain_until is None:
+                yield batch
+            if drain_until is not None:
+                if time.monotonic() >= drain_until:
+                    return
+                continue
+            reason = self._end_reason(seen, count, deadline)
+            if reason is None:
+                continue
+            self.end_reason = reason
+            stop = getattr(self.engine, "stop", None)
+            if stop is None:
                 return
-            if deadline is not None and time.monotonic() >= deadline:
-                self.end_reason = "duration"
-                return
+            stop()
+            drain_until = time.monotonic() + DRAIN_SECONDS
+
+    def _end_reason(self, seen: int, count: int | None, deadline: float | None) -> str | None:
+        if count is not None and seen >= count:
+            return f"{count} events"
+        if deadline is not None and time.monotonic() >= deadline:
+            return "duration"
+        if self._stop_request:
+            signum = self._stop_request[0]
+            return "interrupted" if signum == signal.SIGINT else Terminated(signum).message
+        return None
+
+    def _not_shown(self, events: Sequence[Event]) -> None:
+        for event_type, number in Counter(map(_TYPE, events)).items():
+            self.not_shown[f"{event_type.group}/{event_type.name}"] += number
 
     def run(
         self,
@@ -322,24 +408,30 @@ class Session:
         count: int | None = None,
     ) -> Summary:
         """Attach, stream every batch into `sinks` until the target ends, `duration` seconds
-        pass, `count` events arrived, Ctrl-C, SIGTERM or SIGHUP; then close the sinks, detach
-        and return the summary (its `reason` says which end it was). Teardown runs on every
-        exit path, exceptions from a sink included."""
+        pass, `count` events arrived, Ctrl-C, SIGTERM or SIGHUP (what was recorded before is
+        still delivered), or a sink's reader goes away (BrokenPipeError: reason
+        OUTPUT_CLOSED); then close the sinks, detach and return the summary (its `reason` says
+        which end it was). Teardown runs on every exit path, exceptions from a sink
+        included."""
         reason = "end"
         try:
             with signals_end_session(), _collector_quiet():
                 try:
                     self.start()
-                    for batch in self.batches(duration=duration, count=count):
-                        if batch.events or batch.lost:
+                    with signals_request_stop(self._stop_request):
+                        for batch in self.batches(duration=duration, count=count):
+                            if batch.events or batch.lost:
+                                for sink in sinks:
+                                    sink.write_batch(batch)
                             for sink in sinks:
-                                sink.write_batch(batch)
-                                sink.flush()
+                                sink.flush()  # idle too: a sink notices its reader left
                     reason = self.end_reason
                 except KeyboardInterrupt:
                     reason = "interrupted"
                 except Terminated as signal_end:
                     reason = signal_end.message
+                except BrokenPipeError:
+                    reason = OUTPUT_CLOSED
                 finally:
                     try:
                         for sink in sinks:
@@ -408,7 +500,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        if self.engine is not None:
+        if self.engine is not None and self._attached:
             with signals_deferred():
                 self.engine.detach()
 
@@ -417,6 +509,9 @@ class Session:
         if stats is not None:
             stats.notes[:0] = [note for note in self.engine_notes if note not in stats.notes]
         lost = stats.lost if stats else self.lost
+        after_stop = Counter(self.not_shown)
+        if stats is not None:
+            after_stop.update(stats.hits_after_stop)
         return Summary(
             engine=self.engine.name if self.engine else self.engine_name,
             duration=time.monotonic() - self._started if self._started else 0.0,
@@ -425,6 +520,7 @@ class Session:
             lost=lost,
             stats=stats,
             reason=reason,
+            after_stop=after_stop,
         )
 
     def __enter__(self) -> Session:

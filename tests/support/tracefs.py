@@ -69,3 +69,54 @@ def _write(path: Path, text: str, flags: int) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+def watchdog_of(session_pid: int) -> int | None:
+    """The pid of the tracefs watchdog (`probescope-wd`) watching `session_pid`, found by the
+    pidfd it holds (`Pid:` in its fdinfo) while the session lives."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "probescope-wd":
+                continue
+            for info in (entry / "fdinfo").iterdir():
+                for line in info.read_text().splitlines():
+                    if line.startswith("Pid:") and line.split()[1] == str(session_pid):
+                        return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def owned_by(pid: int) -> list[str]:
+    """What `leftovers()` lists of the session of process `pid` (names carry the owner)."""
+    return [
+        line for line in leftovers() if f"probescope_{pid}_" in line or f"probescope-{pid}-" in line
+    ]
+
+
+def session_armed(pid: int, root: Path | None = None) -> bool:
+    """Whether the tracefs session of process `pid` has its probes enabled (its instance
+    exists and an event group of its own in it is enabled)."""
+    root = root or tracefs_root()
+    if root is None:
+        return False
+    for instance in (root / "instances").glob(f"probescope-{pid}-*"):
+        for enable in instance.glob(f"events/probescope_{pid}_*/enable"):
+            try:
+                if enable.read_text().strip() not in ("0", ""):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def wait_until_armed(pid: int, timeout: float = 60.0) -> None:
+    """Wait until `session_armed(pid)`; AssertionError after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not session_armed(pid):
+        assert time.monotonic() < deadline, f"the session of {pid} never armed its probes"
+        time.sleep(0.02)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from probescope.cli._tracefs_access import tracefs_for
 from probescope.engines.tracefs.reaper import find_leftovers, reap
-from probescope.engines.tracefs.tracefs import Tracefs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.pid:
         return _cleanup_processes(args)
-    tracefs = Tracefs.discover()
+    tracefs = tracefs_for("cleaning up tracefs")
     leftovers = find_leftovers(tracefs, include_alive=args.all)
     if not leftovers:
         print("nothing to clean up", file=sys.stderr)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
+from probescope.cli._console import console
 from probescope.engines.registry import ENGINES, availability
 
 
@@ -27,5 +27,5 @@ def run(args: argparse.Namespace) -> int:
         if not state.ok and state.hint:
             reason += f" — {state.hint}"
         table.add_row(entry.name, "yes" if state.ok else "no", reason)
-    Console(soft_wrap=True).print(table)
+    console(soft_wrap=True).print(table)
     return 0 if usable else 1

@@ -7,12 +7,12 @@ import fnmatch
 import importlib
 import sys
 
+from probescope.cli._tracefs_access import tracefs_for
 from probescope.engines.tracefs.static_plan import (
     available_functions,
     list_tracepoints,
     read_format,
 )
-from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import ProbescopeError
 
 # what -> (module with add_arguments/run, help); `usdt` lives in its own module.
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tracepoints(args: argparse.Namespace) -> int:
-    tracefs = Tracefs.discover()
+    tracefs = tracefs_for("listing tracepoints")
     system_glob, _, event_glob = args.glob.rpartition(":")
     system_glob = system_glob or "*"
     found = 0
@@ -79,7 +79,7 @@ def _tracepoints(args: argparse.Namespace) -> int:
 
 
 def _functions(args: argparse.Namespace) -> int:
-    tracefs = Tracefs.discover()
+    tracefs = tracefs_for("listing kernel functions")
     try:
         entries = available_functions(tracefs)
     except ProbescopeError:

@@ -10,12 +10,10 @@ Other engines record their events through synthesized formats.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
-from rich.console import Console
-
 from probescope.cli import trace
+from probescope.cli._console import console as make_console
 from probescope.engines.registry import BY_NAME, availability
 from probescope.engines.tracefs.instance_files import read_kallsyms_text
 from probescope.record.facts import RecordingFacts
@@ -47,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         engine=engine,
         pids=args.pid,
         existing_children=args.children,
-        command=shlex.split(args.command) if args.command else None,
+        command=trace.command_argv(args.command),
         options=trace.engine_options(args),
         kernel=kernel,
     )
@@ -114,7 +112,7 @@ def recording_engine(session: Session, kernel: RunningKernel) -> str:
 def print_recorded(summary: Summary, output: str, size: int, detail: str, raw: bool) -> None:
     """`trace`'s summary (for an undecoded recording: the kernel's hit counts, no event
     count), then what was written."""
-    console = Console(file=sys.stderr, soft_wrap=True, highlight=False)
+    console = make_console(sys.stderr, soft_wrap=True, highlight=False)
     if not raw:
         trace.print_summary(summary, sys.stderr)
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 from typing import IO, Any
 
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                     lost += max(batch.lost, 0)
         except BrokenPipeError:  # `probescope report FILE | head`: the reader had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
+            return 128 + signal.SIGPIPE  # as every command (cli/main.py), as a Unix tool
         finally:
             with contextlib.suppress(BrokenPipeError):
                 sink.close()

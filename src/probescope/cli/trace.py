@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import os
 import shlex
 import sys
+from collections.abc import Sequence
 from typing import IO, Any
 
 from probescope.engines.base import EngineOptions
 from probescope.engines.registry import ENGINE_CHOICES
+from probescope.errors import ProbescopeError
 from probescope.session import Session, Summary
 from probescope.sinks.base import open_sink, output_format, output_formats
 from probescope.symbols.resolve import resolve_specs
@@ -38,8 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, outputs: bool = True) -> N
         action="store_true",
         help="with -p: also trace the processes PID already has (e.g. nginx's workers)",
     )
-    parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after this")
-    parser.add_argument("-n", "--count", type=int, metavar="COUNT", help="stop after COUNT events")
+    parser.add_argument(
+        "-d", "--duration", type=_seconds, metavar="SECONDS", help="stop after this"
+    )
+    parser.add_argument(
+        "-n", "--count", type=_positive, metavar="COUNT", help="stop after COUNT events"
+    )
     if outputs:
         parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
         parser.add_argument(
@@ -56,15 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, outputs: bool = True) -> N
     )
     parser.add_argument(
         "--buffer-size",
-        type=int,
+        type=_positive,
         metavar="KB",
         help="ring buffer size per CPU (the bpf engine's one ring: this times the CPUs)",
     )
     parser.add_argument(
         "--filter",
         metavar="EXPR",
-        help="kernel filter for every tracepoint given without its own `if ...` "
-        "(the bpf engine applies it to every uprobe too, in the program)",
+        help="filter for every probe given without its own `if ...` (the kernel's event "
+        "filter grammar: tracefs writes it to the event, bpf compiles it, ptrace evaluates it)",
     )
     parser.add_argument(
         "--all",
@@ -78,6 +86,26 @@ def add_arguments(parser: argparse.ArgumentParser, *, outputs: bool = True) -> N
         "with every uprobe event (tracefs engine)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,25 +127,62 @@ def run(args: argparse.Namespace) -> int:
         engine=args.engine,
         pids=args.pid,
         existing_children=args.children,
-        command=shlex.split(args.command) if args.command else None,
+        command=command_argv(args.command),
         options=engine_options(args),
         kernel=kernel,
     )
     if not args.quiet:
         for note in session.notes:
             print(f"note: {note}", file=sys.stderr)
+    session.prepare()
+    said = list(session.engine_notes)
+    if not args.quiet:
+        for note in said:  # why `auto` passed engines over, before the first event
+            print(f"note: {note}", file=sys.stderr, flush=True)
     with contextlib.ExitStack() as stack:
         binary = output_format(args.format).binary
         stream: IO[Any] = sys.stdout.buffer if binary else sys.stdout
         if args.output:
-            stream = stack.enter_context(open(args.output, "wb" if binary else "w"))
+            stream = stack.enter_context(_open_output(args.output, binary=binary))
         sink = open_sink(
             args.format, stream, context=session.kernel_context(), **sink_options(args, session)
         )
         summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
-        print_summary(summary, sys.stderr)
+        print_summary(summary, sys.stderr, said=said)
     return summary.exit_status()
+
+
+def command_argv(text: str | None) -> list[str] | None:
+    """`-c CMD` split as a shell would split it (without running a shell)."""
+    if text is None:
+        return None
+    try:
+        argv = shlex.split(text)
+    except ValueError as error:
+        raise ProbescopeError(
+            f"cannot split the command {text!r}: {error}",
+            hint="quote it as a shell would: -c 'prog \"an argument\"'",
+        ) from None
+    if not argv:
+        raise ProbescopeError("the command (-c) is empty", hint="e.g. -c './prog arg'")
+    return argv
+
+
+def _open_output(path: str, *, binary: bool = False) -> IO[Any]:
+    """`-o FILE`, opened before anything is attached; a clear error when it cannot be."""
+    try:
+        if binary:
+            return open(path, "wb")
+        return open(path, "w", errors="surrogateescape")
+    except OSError as error:
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        hint = None
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            hint = "its directory does not exist: create it first"
+        raise ProbescopeError(
+            f"cannot write the output file {path!r}: {reason}", hint=hint
+        ) from None
 
 
 def sink_options(args: argparse.Namespace, session: Session) -> dict[str, Any]:
@@ -148,25 +213,40 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
     )
 
 
-def print_summary(summary: Summary, stream: IO[str]) -> None:
-    from rich.console import Console  # only once the session is over: not on its start-up path
-    from rich.table import Table
+def print_summary(summary: Summary, stream: IO[str], *, said: Sequence[str] = ()) -> None:
+    """The report on stderr: events shown, and where the engine counted more hits than were
+    shown, where each went (after the stop, or not recorded: other processes, filters, loss);
+    notes not already printed (`said`)."""
+    from rich.table import Table  # only once the session is over: not on its start-up path
 
-    console = Console(file=stream, soft_wrap=True, highlight=False)
+    from probescope.cli._console import console as make_console
+
+    console = make_console(stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
     hits_title = summary.stats.hits_title if summary.stats else None
     kernel_hits = summary.stats.hits if summary.stats and hits_title else {}
     misses = summary.stats.misses if summary.stats else {}
+    names = sorted(set(summary.hits) | set(kernel_hits))
+    after_stop = any(summary.after_stop.get(name) for name in names)
+    unrecorded = any(summary.unrecorded(name) for name in names)
     table.add_column("event")
     table.add_column("hits", justify="right")
     if hits_title and kernel_hits:
         table.add_column(hits_title, justify="right")
+    if after_stop:
+        table.add_column("after the stop", justify="right")
+    if unrecorded:
+        table.add_column("not recorded", justify="right")
     if misses:
         table.add_column("misses", justify="right")
-    for name in sorted(set(summary.hits) | set(kernel_hits)):
+    for name in names:
         row = [name, str(summary.hits.get(name, 0))]
         if kernel_hits:
             row.append(str(kernel_hits.get(name, "")))
+        if after_stop:
+            row.append(str(summary.after_stop.get(name, 0)))
+        if unrecorded:
+            row.append(str(summary.unrecorded(name)))
         if misses:
             row.append(str(misses.get(name, "")))
         table.add_row(*row)
@@ -180,8 +260,13 @@ def print_summary(summary: Summary, stream: IO[str]) -> None:
         console.print(
             "by source: " + ", ".join(f"{kind} {n}" for kind, n in sorted(summary.kinds.items()))
         )
+    if unrecorded:
+        console.print(
+            "note: not recorded: hits the kernel counted in other processes, filtered out or lost"
+        )
     if summary.stats:
         for note in summary.stats.notes:
-            console.print(f"note: {note}")
+            if note not in said:
+                console.print(f"note: {note}")
     if summary.command_status is not None:
         console.print(f"command exited with status {summary.command_status}")

@@ -67,6 +67,8 @@ class EngineStats:
     are not simply the events delivered (the kernel's uprobe_profile counts hits in every process:
     "kernel hits (all processes)"), and is None when they are. `command_status` is the exit code of
     the command the engine started, once it ended (negative: killed by that signal).
+    `hits_after_stop` are events recorded after the session's stop (an engine with `stop()`
+    that drains: recorded, by event, but not delivered).
     """
 
     hits: dict[str, int] = field(default_factory=dict)
@@ -76,6 +78,7 @@ class EngineStats:
     extra: dict[str, int] = field(default_factory=dict)
     hits_title: str | None = None
     command_status: int | None = None
+    hits_after_stop: dict[str, int] = field(default_factory=dict)
 
 
 class Engine(Protocol):
@@ -95,3 +98,11 @@ class Engine(Protocol):
     def stats(self) -> EngineStats: ...
 
     def detach(self) -> None: ...
+
+
+class Stoppable(Protocol):
+    """An engine that can end a session gracefully: `stop()` ends recording now, and its
+    events() then delivers what was recorded before and ends (the tracefs engine drains the
+    kernel's ring buffer). Engines without it simply stop being read."""
+
+    def stop(self) -> None: ...

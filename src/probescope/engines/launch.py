@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from probescope.errors import ProbescopeError
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
@@ -21,6 +22,13 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
     `signum` instead of running on with nobody tracing it."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+
+def name_this_process(name: str) -> None:
+    """Set the task's name (`comm`, at most 15 bytes): what `ps` and trace records show for a
+    helper process forked from the session (`probescope-rec`, `probescope-wd`)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 class GatedCommand:

@@ -137,7 +137,7 @@ def create_engine(
         refusal = _unsupported(engine, probes, auto=True) if state.ok else None
         if state.ok and refusal is None:
             if notes is not None and reasons:
-                notes.append("engine auto: passed over " + "; ".join(reasons))
+                notes.append(f"engine auto: using {entry.name}; passed over " + "; ".join(reasons))
             return engine
         reasons.append(f"{entry.name}: {refusal or state.reason}")
     raise EngineUnavailable(

@@ -42,6 +42,7 @@ class FriendlyProbe:
     source: str
     target_column: int
     symbol_column: int
+    filter: str | None = None  # the event filter after ` if ` (language.parse splits it off)
 
     @property
     def is_return(self) -> bool:

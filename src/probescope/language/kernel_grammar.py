@@ -83,14 +83,14 @@ def check_definition_text(text: str) -> None:
         reason = _FORBIDDEN.get(ch)
         if reason is None and ((ord(ch) < 0x20 and ch not in " \t") or ord(ch) == 0x7F):
             reason = f"control character {ch!r} is not allowed in a definition"
-        if reason is None and ord(ch) > 0x7F and b"\xa0" in ch.encode("utf-8"):
+        if reason is None and ord(ch) > 0x7F and b"\xa0" in ch.encode("utf-8", "surrogateescape"):
             reason = (
                 f"{ch!r} contains the byte 0xa0, which the kernel treats as a space: "
                 "it would split the word there"
             )
         if reason is not None:
             raise SpecError(f"refused character {ch!r}: {reason}", spec=text, column=i)
-    size = len(text.encode("utf-8"))
+    size = len(text.encode("utf-8", "surrogateescape"))  # undecodable bytes of a path count once
     if size > MAX_LINE_BYTES:
         raise SpecError(
             f"definition is {size} bytes long; the kernel takes at most {MAX_LINE_BYTES}",

@@ -394,7 +394,9 @@ class ProbeSpec:
     def _line(self) -> str:
         parts = [f"{self.prefix}:{self.group_name}/{self.event_name}", str(self.location)]
         parts.extend(str(a) for a in self.args)
-        if self.filter:
+        if self.filter and self.kind is ProbeKind.EPROBE:
+            # Only event probes take a filter in their definition; the others' goes to the
+            # event's `filter` file.
             parts.append(f"if {self.filter}")
         return " ".join(parts)
 

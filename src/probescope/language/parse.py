@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import Arch, host_arch
@@ -61,6 +62,15 @@ def parse_probe(
     words = split_words(text)
     if not words:
         raise SpecError("empty probe spec", spec=text, column=0, hint="e.g. bash:readline")
+    split = _split_filter(text, words)
+    if split is not None:
+        unfiltered, filter_text = split
+        spec = parse_probe(
+            unfiltered, arch=arch, kprobes=kprobes, grammar=grammar, diagnostics=diagnostics
+        )
+        if isinstance(spec, ProbeSpec | FriendlyProbe | UsdtSpec):
+            return replace(spec, source=text, filter=filter_text)
+        return spec
     column, first = words[0]
     if first.startswith("-"):
         return parse_kernel_probe(text, arch=arch, kprobes=kprobes, grammar=grammar)
@@ -97,6 +107,30 @@ def parse_probe(
     if probe_type is not None and probe_type.kind is ProbeKind.USDT:
         return parse_usdt(text, words, colon + 1, grammar)
     return parse_friendly_words(text, words, arch=arch, grammar=grammar, diagnostics=diagnostics)
+
+
+def _split_filter(text: str, words: list[tuple[int, str]]) -> tuple[str, str] | None:
+    """`SPEC if FILTER` of a probe that takes its filter apart from its definition (uprobes,
+    kprobes, USDT: the filter goes to the event's `filter` file, or is evaluated by the
+    engine): (SPEC, FILTER), or None. Tracepoints and event probes parse their own `if`."""
+    at = next((i for i, (_, word) in enumerate(words) if word == "if" and i > 0), None)
+    if at is None:
+        return None
+    first = words[0][1]
+    if first.startswith("-") or (first[0] == "e" and _KERNEL_HEAD.match(first)):
+        return None
+    colon = first.find(":")
+    alias = BY_ALIAS.get(first[:colon]) if colon > 0 else None
+    if alias is not None and alias.kind in (ProbeKind.TRACEPOINT, ProbeKind.FUNCTION):
+        return None
+    if at + 1 >= len(words):
+        raise SpecError(
+            "no filter expression after 'if'",
+            spec=text,
+            column=words[at][0],
+            hint="e.g. bash:readline if common_pid == 42, or ./prog:f x=arg1:s32 if x > 2",
+        )
+    return text[: words[at][0]].rstrip(), text[words[at + 1][0] :].strip()
 
 
 def _parse_friendly_kprobe(

@@ -37,6 +37,7 @@ class UsdtSpec:
     target_column: int = 0
     probe_column: int = 0
     kind: ProbeKind = ProbeKind.USDT
+    filter: str | None = None  # the event filter after ` if ` (language.parse splits it off)
 
     def __str__(self) -> str:
         return f"usdt:{self.target}:{self.provider}:{self.name}"

@@ -10,8 +10,10 @@ imported on first use, others can be added with `register_format`.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import io
+import select
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
@@ -102,3 +104,24 @@ def is_binary_stream(stream: IO[Any]) -> bool:
     if isinstance(stream, io.RawIOBase | io.BufferedIOBase):
         return True
     return not hasattr(stream, "encoding")
+
+
+class StreamWatch:
+    """Whether the reader of a stream went away (a pipe's read end closed, a socket's peer
+    shut down, a terminal hung up) — known without writing, so a session that prints nothing
+    for a while still ends when `probescope trace ... | head` has had its lines."""
+
+    def __init__(self, stream: IO[Any]) -> None:
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # StringIO and the like
+            fd = -1
+        self._poller: Any = None
+        if fd >= 0:
+            self._poller = select.poll()
+            self._poller.register(fd, 0)  # POLLERR and POLLHUP are always reported
+
+    def check(self) -> None:
+        """Raise BrokenPipeError when the reader is gone."""
+        if self._poller is not None and self._poller.poll(0):
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")

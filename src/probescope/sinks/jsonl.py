@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.model import STRING_TYPES, ArgType
-from probescope.sinks.base import OutputFormat, is_binary_stream
+from probescope.sinks.base import OutputFormat, StreamWatch, is_binary_stream
 from probescope.traceevent.context import KernelContext
 
 _encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
@@ -44,6 +44,7 @@ class JsonLinesSink:
         binary: bool | None = None,
     ) -> None:
         self.stream = stream
+        self._watch = StreamWatch(stream)
         self.kernel = context or KernelContext()
         self.binary = is_binary_stream(stream) if binary is None else binary
         self._heads: dict[EventType, dict[str, Any]] = {}
@@ -97,6 +98,7 @@ class JsonLinesSink:
 
     def flush(self) -> None:
         self.stream.flush()
+        self._watch.check()
 
     def close(self) -> None:
         self.stream.flush()

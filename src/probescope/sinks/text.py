@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.model import STRING_TYPES, ArgType, ProbeKind
-from probescope.sinks.base import OutputFormat, is_binary_stream
+from probescope.sinks.base import OutputFormat, StreamWatch, is_binary_stream
 from probescope.traceevent.body_template import BodyTemplate, Printer
 from probescope.traceevent.context import KernelContext
 
@@ -147,6 +147,7 @@ class TextSink:
         binary: bool | None = None,
     ) -> None:
         self.stream = stream
+        self._watch = StreamWatch(stream)
         self.kernel = context or KernelContext()
         self.binary = is_binary_stream(stream) if binary is None else binary
         self.lost_lines = lost_lines
@@ -182,6 +183,7 @@ class TextSink:
 
     def flush(self) -> None:
         self.stream.flush()
+        self._watch.check()
 
     def close(self) -> None:
         self.stream.flush()

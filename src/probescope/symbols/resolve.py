@@ -93,6 +93,25 @@ def resolve(
     grammar: KernelGrammar = LATEST,
     notes: list[str] | None = None,
 ) -> list[ResolvedProbe]:
+    found = _resolve_spec(spec, pid=pid, arch=arch, grammar=grammar, notes=notes)
+    if isinstance(spec, FriendlyProbe | UsdtSpec) and spec.filter:
+        # The filter (`... if EXPR`) rides on every probe the spec became.
+        return [
+            replace(probe, spec=replace(probe.spec, filter=spec.filter))
+            for probe in found
+            if isinstance(probe.spec, ProbeSpec)
+        ]
+    return found
+
+
+def _resolve_spec(
+    spec: Spec,
+    *,
+    pid: int | None,
+    arch: Arch | None,
+    grammar: KernelGrammar,
+    notes: list[str] | None,
+) -> list[ResolvedProbe]:
     arch = arch or host_arch()
     if isinstance(spec, DeleteSpec):
         raise SpecError(

@@ -171,7 +171,8 @@ def parse_event_format(text: str, *, system: str | None = None) -> EventFormat:
     fields: list[FormatField] = []
     print_fmt = ""
     where = f"{system}/" if system else ""
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
         stripped = line.strip()
         if not stripped or stripped == "format:":
             continue
@@ -187,7 +188,12 @@ def parse_event_format(text: str, *, system: str | None = None) -> EventFormat:
         elif stripped.startswith("field"):
             fields.append(_parse_field_line(line, f"format of {where}{name or '?'}", number))
         elif stripped.startswith("print fmt:"):
-            print_fmt = stripped[len("print fmt:") :].strip()
+            # The last item of the file (trace_events.c `f_show`), and it may span lines: a
+            # TP_printk string compiled with a `\n` in it holds a raw newline
+            # (ext4:ext4_fc_stats).
+            rest = "\n".join([line.lstrip()[len("print fmt:") :], *lines[number:]])
+            print_fmt = rest.strip()
+            break
         else:
             raise RingBufferFormatError(
                 f"format of {where}{name or '?'}: line {number}: unexpected line {line!r}",

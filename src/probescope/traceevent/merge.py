@@ -12,6 +12,7 @@ from operator import itemgetter
 from probescope.events import Event, EventBatch
 
 _TIMESTAMP = itemgetter(Event._fields.index("timestamp_ns"))
+_BOUND = itemgetter(1)
 
 
 class LiveMerge:
@@ -19,16 +20,21 @@ class LiveMerge:
     earlier event can still come.
 
     Fed in the order a reader read the ring buffer: `add` a CPU's decoded sub-buffer, and
-    `caught_up` when the reader found that CPU's buffer empty. A CPU's future events are no
-    earlier than its last one; after it was caught up, they are also later than everything
-    the reader had read from any CPU by then (written before being read). The smallest of
-    these bounds is the time up to which `ready()` can release events; `flush()` releases
-    all at the end. What is held back is what one reader pass can skew between CPUs.
+    `caught_up` when the reader found that CPU's buffer empty. Each CPU has a bound below
+    which none of its future events can fall: its last event's time (a later event of the
+    same CPU may carry the same time), or, once the reader caught up with it, the latest time
+    the reader had read from any CPU — everything that CPU writes afterwards is written after
+    that was read, so it comes strictly later. An event is released when it sorts before
+    every future event of every *other* CPU (its own CPU's future events follow it in its
+    stream anyway): so once a pass caught up with every CPU, everything read is released,
+    the newest event included. `flush()` releases all at the end. What is held back is what
+    one reader pass can skew between CPUs.
     """
 
     def __init__(self, cpus: Iterable[int]) -> None:
         self._pending: dict[int, list[Event]] = {cpu: [] for cpu in cpus}
         self._bound: dict[int, int] = dict.fromkeys(self._pending, -1)
+        self._strict: dict[int, bool] = dict.fromkeys(self._pending, False)
         self._latest = -1
 
     def add(self, batch: EventBatch) -> None:
@@ -42,31 +48,55 @@ class LiveMerge:
             self._bound[cpu] = -1
         pending += events
         last = events[-1].timestamp_ns
-        if last > self._bound[cpu]:
+        if last >= self._bound[cpu]:
             self._bound[cpu] = last
+            self._strict[cpu] = False  # its next event may carry the same time
         if last > self._latest:
             self._latest = last
 
     def caught_up(self, cpu: int) -> None:
         if self._latest > self._bound.get(cpu, -1):
             self._bound[cpu] = self._latest
+        self._strict[cpu] = True
 
     def ready(self) -> EventBatch:
-        """The held events older than every CPU's bound, merged."""
-        limit = min(self._bound.values(), default=-1)
+        """The held events that sort before every other CPU's future events, merged."""
+        order = sorted(self._bound.items(), key=_BOUND)
         runs = []
         for cpu, pending in self._pending.items():
             if not pending:
                 continue
-            if pending[-1].timestamp_ns < limit:
+            limit, inclusive = self._limit(cpu, order)
+            if limit is None or (
+                pending[-1].timestamp_ns < limit
+                or (inclusive and pending[-1].timestamp_ns == limit)
+            ):
                 runs.append(pending)
                 self._pending[cpu] = []
                 continue
-            stop = bisect_left(pending, limit, key=_TIMESTAMP)
+            find = bisect_right if inclusive else bisect_left
+            stop = find(pending, limit, key=_TIMESTAMP)
             if stop:
                 runs.append(pending[:stop])
                 del pending[:stop]
         return _merged(runs)
+
+    def _limit(self, cpu: int, order: list[tuple[int, int]]) -> tuple[int | None, bool]:
+        """The lowest bound of the other CPUs, and whether an event of `cpu` at exactly that
+        time may go (every CPU at that bound writes only strictly later events, or sorts
+        after `cpu` on a tie); None when there is no other CPU."""
+        limit: int | None = None
+        inclusive = True
+        for other, bound in order:
+            if other == cpu:
+                continue
+            if limit is None:
+                limit = bound
+            elif bound > limit:
+                break
+            if not (self._strict.get(other, False) or other > cpu):
+                inclusive = False
+        return limit, inclusive
 
     def flush(self) -> EventBatch:
         runs = [pending for pending in self._pending.values() if pending]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from probescope.engines.base import EngineOptions
 from probescope.engines.fentry.engine import FentryEngine
 from probescope.engines.registry import BY_NAME, availability
 from probescope.events import Event, EventBatch
@@ -46,8 +47,10 @@ def build(name: str, flags: tuple[str, ...] = ("-O0", "-g")) -> Path:
 Key = tuple[str, str, int, int | None, tuple[object, ...]]
 
 
-def run(engine: str, specs: list[str], argv: list[str]) -> tuple[list[Event], int | None]:
-    session = Session(specs, engine=engine, command=[*no_aslr(), *argv])
+def run(
+    engine: str, specs: list[str], argv: list[str], options: EngineOptions | None = None
+) -> tuple[list[Event], int | None]:
+    session = Session(specs, engine=engine, command=[*no_aslr(), *argv], options=options)
     with session:
         events = list(session.events(duration=60))
     stats = session.summary().stats
@@ -82,11 +85,16 @@ def engines_for(specs: list[str]) -> tuple[str, ...]:
     return (*engines(), "fentry")
 
 
-def agree(specs: list[str], argv: list[str], check: Callable[[list[Event]], None]) -> None:
+def agree(
+    specs: list[str],
+    argv: list[str],
+    check: Callable[[list[Event]], None],
+    options: EngineOptions | None = None,
+) -> None:
     plain = subprocess.run([*no_aslr(), *argv], capture_output=True, text=True, timeout=60)
     results = {}
     for engine in engines_for(specs):
-        events, status = run(engine, specs, argv)
+        events, status = run(engine, specs, argv, options)
         check(events)
         results[engine] = (by_process(events), status)
     for engine in results:
@@ -248,6 +256,61 @@ def test_usdt_probes_with_a_semaphore() -> None:
         [f"usdt:{python}:python:gc__start", f"usdt:{python}:python:gc__done"],
         [str(python), "-c", "import gc; gc.collect(); gc.collect()"],
         lambda events: assert_some(events, "python_gc__done", 2),
+    )
+
+
+def test_filters_on_uprobes() -> None:
+    """Issue 16 item 7: `... if EXPR` and --filter on uprobes — the kernel's event filter in
+    tracefs, compiled into the program in bpf, evaluated in Python by ptrace: numbers, strings
+    and globs alike."""
+    binary = build("loop.c")
+    specs = [
+        f'{binary}:work i=arg1:s32 name=+0(arg2):string if i > 2 && name ~ "*d"',
+        f"r:{binary}:work ret=retval:s32 if ret & 1 || ret == 122",
+    ]
+
+    def check(events: list[Event]) -> None:
+        seen = [(e.name, tuple(e.args)) for e in events]
+        assert seen == [("work__return", (122,)), ("work", (3, "odd")), ("work", (5, "odd"))]
+
+    agree(specs, [str(binary), "7"], check)
+
+
+def test_an_integer_filter_in_every_engine() -> None:
+    """Registers only: the fentry engine takes it too (and evaluates the filter in Python)."""
+    binary = build("loop.c")
+    agree(
+        [f"{binary}:work i=arg1:s32 if i > 2 && i != 4 && common_pid > 0"],
+        [str(binary), "7"],
+        lambda events: (
+            [tuple(e.args) for e in events] == [(3,), (5,), (6,)]
+            or pytest.fail(str([e.args for e in events]))
+        ),
+    )
+
+
+def test_a_filter_casts_its_number_to_the_fields_type() -> None:
+    """The first byte of `struct bits {a:3=5, b:5=17}` is 0x8d: 0x18d, cast to u8 as the
+    kernel casts it, matches; and the pseudo field comm."""
+    binary = build("loop.c")
+    specs = [f'p:cross/bits {binary}:work b=+0(arg3):u8 if b == 0x18d && comm ~ "lo*"']
+    agree(
+        specs,
+        [str(binary), "4"],
+        lambda events: [tuple(e.args) for e in events] == [(0x8D,)] * 4 or pytest.fail(str(events)),
+    )
+
+
+def test_the_default_filter_on_uprobes() -> None:
+    binary = build("loop.c")
+    agree(
+        [f"{binary}:work i=arg1:s32 name=+0(arg2):string"],
+        [str(binary), "9"],
+        lambda events: (
+            [e.args for e in events] == [(5, "odd"), (7, "odd")]
+            or pytest.fail(str([e.args for e in events]))
+        ),
+        EngineOptions(default_filter='i >= 4 && name != "even" && i < 8 && common_pid > 0'),
     )
 
 

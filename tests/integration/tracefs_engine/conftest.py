@@ -37,6 +37,16 @@ def ticker() -> Path:
     return target("ticker")
 
 
+@pytest.fixture(scope="session")
+def busy() -> Path:
+    return target("busy")
+
+
+@pytest.fixture(scope="session")
+def stepper() -> Path:
+    return target("stepper")
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_behind() -> Iterator[None]:
     """Every test must leave tracefs as it found it (as far as this process's sessions go)."""

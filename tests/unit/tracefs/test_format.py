@@ -52,6 +52,41 @@ print fmt: "comm=%s pid=%d child_comm=%s", REC->parent_comm, REC->parent_pid, \
 __get_rel_str(child_comm)
 """
 
+_FC_REASONS = (
+    "XATTR CROSS_RENAME JOURNAL_FLAG_CHANGE NO_MEM SWAP_BOOT RESIZE RENAME_DIR "
+    "FALLOC_RANGE INODE_JOURNAL_DATA ENCRYPTED_FILENAME"
+)
+
+
+def _ext4_fc_stats_format() -> str:
+    """events/ext4/ext4_fc_stats/format on Linux 6.18: its TP_printk string holds a `\\n`,
+    so the compiled print fmt spans two lines of the file."""
+    reasons = ", ".join(
+        f'{{ {number}, "{name}"}}' for number, name in enumerate(_FC_REASONS.split(" "))
+    )
+    pairs = ", ".join(
+        f"__print_symbolic({i}, {reasons}), REC->fc_ineligible_rc[{i}]" for i in range(10)
+    )
+    return (
+        "name: ext4_fc_stats\nID: 1159\nformat:\n"
+        "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+        "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+        "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+        "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+        "\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n"
+        "\tfield:unsigned int fc_ineligible_rc[10];\toffset:12;\tsize:40;\tsigned:0;\n"
+        "\tfield:unsigned long fc_commits;\toffset:56;\tsize:8;\tsigned:0;\n"
+        "\tfield:unsigned long fc_ineligible_commits;\toffset:64;\tsize:8;\tsigned:0;\n"
+        "\tfield:unsigned long fc_numblks;\toffset:72;\tsize:8;\tsigned:0;\n\n"
+        'print fmt: "dev %d,%d fc ineligible reasons:\n'
+        + ", ".join(["%s:%u"] * 10)
+        + 'num_commits:%lu, ineligible: %lu, numblks: %lu", '
+        "((unsigned int) ((REC->dev) >> 20)), ((unsigned int) ((REC->dev) & ((1U << 20) - 1))), "
+        + pairs
+        + ", REC->fc_commits, REC->fc_ineligible_commits, REC->fc_numblks\n"
+    )
+
+
 HEADER_PAGE = """\
 \tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;
 \tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;
@@ -108,6 +143,43 @@ def test_tracepoint_format_with_fixed_array_and_rel_loc() -> None:
     )
     child = event.field("child_comm")
     assert (child.is_rel_loc, child.is_data_loc, child.end) == (True, False, 32)
+
+
+def test_a_print_fmt_spanning_lines_is_read_to_the_end_of_the_file() -> None:
+    event = parse_event_format(_ext4_fc_stats_format(), system="ext4")
+    assert [f.name for f in event.fields][-1] == "fc_numblks"
+    assert event.print_fmt.startswith('"dev %d,%d fc ineligible reasons:\n%s:%u, ')
+    assert event.print_fmt.endswith("REC->fc_numblks")
+    fmt = parse_print_fmt(event.print_fmt, compiled=True)
+    assert fmt.format.split("\n") == [
+        "dev %d,%d fc ineligible reasons:",
+        ", ".join(["%s:%u"] * 10) + "num_commits:%lu, ineligible: %lu, numblks: %lu",
+    ]
+    assert len(fmt.args) == 2 + 2 * 10 + 3
+
+
+def test_a_print_fmt_spanning_lines_prints_as_the_kernel_does() -> None:
+    from probescope.events import Event, EventType
+    from probescope.language.model import ProbeKind
+    from probescope.traceevent.context import KernelContext
+    from probescope.traceevent.print_fmt import compile_print_fmt
+
+    event_format = parse_event_format(_ext4_fc_stats_format(), system="ext4")
+    kind = EventType(
+        "ext4",
+        "ext4_fc_stats",
+        ProbeKind.TRACEPOINT,
+        tuple(f.name for f in event_format.fields),
+        system="ext4",
+        fields=tuple(f.name for f in event_format.fields),
+    )
+    printer = compile_print_fmt(event_format, kind, KernelContext(hash_pointers=False))
+    dev = (8 << 20) | 3
+    record = Event(1, 0, 7, 7, "jbd2", kind, 0, None, (dev, tuple(range(10)), 5, 6, 7))
+    reasons = ", ".join(f"{name}:{i}" for i, name in enumerate(_FC_REASONS.split(" ")))
+    assert printer.function()(record) == (
+        f"dev 8,3 fc ineligible reasons:\n{reasons}num_commits:5, ineligible: 6, numblks: 7"
+    )
 
 
 def test_unknown_field_lists_the_known_ones() -> None:

@@ -130,10 +130,43 @@ def test_live_merge_releases_events_in_trace_order(seed: int) -> None:
 def test_live_merge_holds_back_what_a_cpu_behind_could_still_precede() -> None:
     merge = LiveMerge([0, 1])
     merge.add(batch(0, 10, 20, 30))
-    merge.caught_up(0)
-    merge.add(batch(1, 5, 15))  # cpu 1 not caught up: its next event may be before 20
-    assert order(iter([merge.ready()])) == [(5, 1), (10, 0)]
-    assert merge.held == 3
+    merge.caught_up(0)  # cpu 0 writes only after 30 from now on
+    merge.add(batch(1, 5, 15))  # cpu 1 not caught up: its next event may be at 15 or later
+    assert order(iter([merge.ready()])) == [(5, 1), (10, 0), (15, 1)]
+    assert merge.held == 2
     merge.caught_up(1)  # now everything cpu 1 writes comes after 30
-    assert order(iter([merge.ready()])) == [(15, 1), (20, 0)]
-    assert order(iter([merge.flush()])) == [(30, 0)]
+    assert order(iter([merge.ready()])) == [(20, 0), (30, 0)]
+    assert order(iter([merge.flush()])) == []
+
+
+def test_live_merge_releases_the_newest_event_once_every_cpu_was_caught_up() -> None:
+    """Issue 16 item 2: the newest event waited for a later one (live output one behind,
+    `-n N` ending only at event N+1)."""
+    merge = LiveMerge([0, 1])
+    merge.caught_up(1)  # found empty before event 10 was read: it may still write before 10
+    merge.add(batch(0, 10))
+    merge.caught_up(0)
+    assert order(iter([merge.ready()])) == []
+    merge.caught_up(1)  # a pass that read nothing: every CPU was found empty after all reads
+    assert order(iter([merge.ready()])) == [(10, 0)]
+    merge.add(batch(1, 12))
+    merge.caught_up(1)
+    merge.caught_up(0)
+    assert order(iter([merge.ready()])) == [(12, 1)]
+    assert merge.held == 0
+
+
+def test_live_merge_keeps_ties_in_cpu_order() -> None:
+    merge = LiveMerge([0, 1])
+    merge.add(batch(1, 10))
+    merge.add(batch(0, 10))  # not caught up: cpu 0 may still write another event at 10
+    merge.caught_up(1)
+    assert order(iter([merge.ready()])) == [(10, 0)]
+    merge.caught_up(0)
+    assert order(iter([merge.ready()])) == [(10, 1)]
+
+
+def test_a_single_cpu_releases_at_once() -> None:
+    merge = LiveMerge([0])
+    merge.add(batch(0, 1, 2, 3))
+    assert order(iter([merge.ready()])) == [(1, 0), (2, 0), (3, 0)]

@@ -22,15 +22,6 @@ from dataclasses import dataclass
 
 from probescope.engines.bpf.abi import Helper
 from probescope.engines.bpf.fetch import RECORD
-from probescope.engines.bpf.filter_grammar import (
-    And,
-    Expression,
-    Not,
-    Or,
-    Predicate,
-    fields_of,
-    parse_number,
-)
 from probescope.engines.bpf.insn import (
     Alu,
     Emitter,
@@ -47,6 +38,16 @@ from probescope.engines.bpf.insn import (
     stx,
 )
 from probescope.errors import SpecError, SpecErrors
+from probescope.language.event_filter import (
+    And,
+    Expression,
+    Not,
+    Or,
+    Predicate,
+    fields_of,
+    glob_kind,
+    parse_number,
+)
 
 MAX_MIDDLE_PATTERN = 64
 """Longest `*text*` pattern compiled (its loop is checked once per position by the verifier)."""
@@ -171,30 +172,6 @@ def _plan(
             predicate.value_column,
         )
     return PredicatePlan(place, predicate.op, pattern=pattern, match=match, negate=negate)
-
-
-def glob_kind(text: str) -> tuple[str, str]:
-    """The kernel's `filter_parse_regex`: which match a `~` pattern asks for, and the text
-    to match."""
-    kind = "full"
-    for index, char in enumerate(text):
-        if char == "*":
-            if index == 0:
-                kind = "end"
-            elif index == len(text) - 1:
-                kind = "middle" if kind == "end" else "front"
-                break
-            else:
-                return "glob", text
-        elif char in "[?\\":
-            return "glob", text
-    if kind == "end":
-        return kind, text[1:]
-    if kind == "middle":
-        return kind, text[1:-1]
-    if kind == "front":
-        return kind, text[:-1]
-    return kind, text
 
 
 def filter_emitter(

@@ -17,7 +17,6 @@ from probescope.engines.bpf.filter_compile import (
     filter_emitter,
     plan_filter,
 )
-from probescope.engines.bpf.filter_grammar import parse_filter
 from probescope.engines.bpf.program import ProbeCode
 from probescope.engines.bpf.record import (
     COMM_SIZE,
@@ -34,6 +33,7 @@ from probescope.engines.bpf.strings import ScratchLayout
 from probescope.engines.bpf.tracepoints import TRACEPOINT_SCRATCH_SIZE, TracepointCode
 from probescope.errors import BpfError, SpecError, SpecErrors
 from probescope.events import EventType
+from probescope.language.event_filter import parse_filter
 from probescope.language.event_names import first_free
 from probescope.language.model import ProbeSpec
 from probescope.language.resolved import ResolvedProbe

@@ -25,8 +25,9 @@ from probescope.engines.fentry.ring import RECORD_SIZE, ring_bytes
 from probescope.engines.fentry.tracer import FentryTracer, TracerOptions
 from probescope.engines.ptrace import availability as ptrace_availability
 from probescope.engines.ptrace.tracer import exit_status_code
+from probescope.engines.python_filter import probe_filters
 from probescope.errors import EngineUnavailable, PtraceError
-from probescope.events import Event, EventBatch
+from probescope.events import Event, EventBatch, EventType
 from probescope.language.resolved import ResolvedProbe
 from probescope.system.kernel import RunningKernel
 
@@ -57,6 +58,9 @@ class FentryEngine:
         # clock is CLOCK_MONOTONIC already, and the running kernel is not consulted
         del kernel
         self.buffer_size_kb = buffer_size_kb or (options.buffer_size_kb if options else None)
+        # filters (`... if EXPR`, --filter) are evaluated in Python on the decoded events
+        self._default_filter = options.default_filter if options else None
+        self._keep: dict[EventType, Callable[[Event], bool]] = {}
         self._tracer: FentryTracer | None = None
         self._catalog: Catalog | None = None
         self._clock: TscClock | None = None
@@ -122,6 +126,12 @@ class FentryEngine:
             )
         if not catalog.site_count:
             raise EngineUnavailable("no probes for the fentry engine")
+        filters = probe_filters(probes, self._default_filter)
+        for by_offset in catalog.groups.values():
+            for group in by_offset.values():
+                for use in group.entries + group.returns:
+                    if use.probe in filters:
+                        self._keep[use.event_type] = filters[use.probe][1]
         self._catalog = catalog
         self._clock = TscClock()
         kb = self.buffer_size_kb or DEFAULT_BUFFER_KB
@@ -177,6 +187,9 @@ class FentryEngine:
                         events += decoder.decode(
                             family, records, line, tracer.saw_pid, known, tracer.unfollowed
                         )
+                if events and self._keep:
+                    keep = self._keep
+                    events = [e for e in events if e.type not in keep or keep[e.type](e)]
                 if events or lost:
                     events.sort(key=_timestamp)
                     for event_type, count in Counter(map(_type, events)).items():

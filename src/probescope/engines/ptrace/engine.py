@@ -22,8 +22,9 @@ from probescope.engines.ptrace.handlers import HitContext
 from probescope.engines.ptrace.sites import build_sites
 from probescope.engines.ptrace.tracee import ProbeSite, TracerOptions
 from probescope.engines.ptrace.tracer import Tracer, exit_status_code
+from probescope.engines.python_filter import probe_filters
 from probescope.errors import EngineUnavailable, PtraceError
-from probescope.events import Event, EventBatch
+from probescope.events import Event, EventBatch, EventType
 from probescope.language.resolved import ResolvedProbe
 from probescope.system.kernel import RunningKernel
 
@@ -53,10 +54,12 @@ class PtraceEngine:
         options: EngineOptions | None = None,
         kernel: RunningKernel | None = None,
     ) -> None:
-        # `options` (clock, ring buffer, kernel filters) have no knob here: the engine's clock is
+        # `options` (clock, ring buffer) have no knob here: the engine's clock is
         # CLOCK_MONOTONIC already and it has no ring buffer; `kernel` it does not need. User
-        # stacks it cannot record: available() says so.
+        # stacks it cannot record: available() says so. Filters it evaluates in Python.
         self._user_stack = options is not None and options.user_stack
+        self._default_filter = options.default_filter if options is not None else None
+        self._keep: dict[EventType, Callable[[Event], bool]] = {}
         del options, kernel
         self._options = TracerOptions(pin_cpu=pin_cpu, emulate=emulate, single_step=single_step)
         self._handlers: dict[ResolvedProbe, list[Handler]] = {}
@@ -127,7 +130,11 @@ class PtraceEngine:
         ready = self.available()
         if not ready.ok:
             raise EngineUnavailable(ready.reason, hint=ready.hint)
+        filters = probe_filters(probes, self._default_filter)
         self._sites = build_sites(probes, self._handlers)
+        for site in self._sites:
+            if site.probe in filters:
+                self._keep[site.event_type] = filters[site.probe][1]
         self._options.follow_children = target.follow_children
         tracer = Tracer(self._sites, self._options)
         self._tracer = tracer
@@ -158,7 +165,16 @@ class PtraceEngine:
             raise PtraceError("events() can be iterated only once per attach")
         self._events_started = True
         try:
-            yield from tracer.run()
+            if not self._keep:
+                yield from tracer.run()
+                return
+            keep = self._keep
+            for item in tracer.run():  # the filters, evaluated as the kernel would
+                if isinstance(item, EventBatch):
+                    events = [e for e in item.events if e.type not in keep or keep[e.type](e)]
+                    yield EventBatch(events, item.lost, item.cpu)
+                elif item.type not in keep or keep[item.type](item):
+                    yield item
         finally:
             self.detach()
 

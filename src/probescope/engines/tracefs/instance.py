@@ -110,6 +110,22 @@ class Instance(Tracefs):
         self.set_option("event-fork", follow_fork)
         self.write("set_event_pid", " ".join(str(p) for p in pids))
 
+    def set_event_notrace_pids(self, pids: list[int]) -> bool:
+        """Never record these tasks' events (the session's own processes); False when the
+        kernel has no `set_event_notrace_pid` (before 5.8)."""
+        if not self.exists("set_event_notrace_pid"):
+            return False
+        self.write("set_event_notrace_pid", " ".join(str(p) for p in pids))
+        return True
+
+    def set_buffer_percent(self, percent: int) -> bool:
+        """How full a CPU's buffer must be before the kernel wakes a reader polling it (0: at
+        the first event); False when the kernel has no `buffer_percent`."""
+        if not self.exists("buffer_percent"):
+            return False
+        self.write("buffer_percent", str(percent))
+        return True
+
     def set_clock(self, clock: str) -> None:
         available = self.read("trace_clock").replace("[", "").replace("]", "").split()
         if clock not in available:

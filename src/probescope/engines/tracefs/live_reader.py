@@ -1,9 +1,10 @@
 """Read raw sub-buffers from every CPU of an instance as they fill, without blocking on one CPU.
 
 Each CPU's `trace_pipe_raw` is opened O_NONBLOCK and drained with read(2) (one sub-buffer per
-call, partial ones included); between rounds the reader sleeps in poll(2) for at most
-`interval` seconds — the kernel wakes pollers only once `buffer_percent` of a buffer is full,
-so the timeout is what keeps latency low at low rates.
+call, partial ones included); between rounds the reader sleeps in poll(2), which the kernel
+ends once `buffer_percent` of a buffer is full — at 0 (what the tracefs engine sets in its
+instance), as soon as any event is written — so an idle session waits on the kernel with no
+timer at all.
 """
 
 from __future__ import annotations
@@ -70,11 +71,11 @@ class LiveReader:
             else:
                 self.more = True
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Sleep until a buffer is `buffer_percent` full or `timeout` (default: interval)."""
-        timeout = self.interval if timeout is None else timeout
+    def wait(self, timeout: float | None) -> None:
+        """Sleep until a buffer is `buffer_percent` full (or another registered file is
+        readable), at most `timeout` seconds (None: as long as it takes)."""
         with contextlib.suppress(InterruptedError):
-            self.poller.poll(int(timeout * 1000))
+            self.poller.poll(None if timeout is None else int(timeout * 1000))
 
     def close(self) -> None:
         for fd in self.fds.values():

@@ -55,6 +55,22 @@ def find_leftovers(tracefs: Tracefs, *, include_alive: bool = False) -> Leftover
     return found
 
 
+def leftovers_named(tracefs: Tracefs, instance: str, group: str) -> Leftovers:
+    """The instance `instance` and the events of group `group`, as far as they exist: what one
+    session created, whoever owns it (the caller knows it is dead, or is the owner)."""
+    found = Leftovers()
+    if instance in tracefs.list_dir("instances"):
+        found.instances.append(instance)
+    for events_file in EVENTS_FILES:
+        events = DynamicEvents(tracefs, events_file)
+        if not events.available():
+            continue
+        names = [n for n in events.names() if n.group == group]
+        if names:
+            found.events[events_file] = names
+    return found
+
+
 def reap(tracefs: Tracefs, leftovers: Leftovers) -> list[TracefsError]:
     """Remove `leftovers`; returns what could not be removed."""
     errors: list[TracefsError] = []

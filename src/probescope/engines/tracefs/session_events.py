@@ -1,6 +1,7 @@
 """The session's own events in tracefs: dynamic probes renamed into the session's group and
-defined in one batched write per events file, the whole group enabled in one write (and, when
-the kernel refuses, each refused probe named), tracepoints enabled with their filters."""
+defined in one batched write per events file, their filters written to each event's `filter`
+file, the whole group enabled in one write (and, when the kernel refuses, each refused probe
+named), tracepoints enabled with their filters."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
 from probescope.engines.tracefs.instance import Instance
 from probescope.engines.tracefs.static_plan import TracepointPlan
 from probescope.engines.tracefs.tracefs import Tracefs
-from probescope.errors import TracefsError
+from probescope.errors import SpecError, TracefsError
 from probescope.events import EventType
 from probescope.language.event_names import first_free
 from probescope.language.kinds import BY_KIND
@@ -70,6 +71,43 @@ def install(
             {EventName(s.group_name, s.event_name) for s in file_specs},
             key=str,
         )
+
+
+def event_filters(specs: Sequence[ProbeSpec], expressions: Sequence[str | None]) -> dict[str, str]:
+    """The filter of each session event (by event name) from the filter of each of its
+    probes (`expressions`, in the order of `specs`): the probes of one event share its
+    `filter` file, so they must agree."""
+    found: dict[str, str | None] = {}
+    for spec, expression in zip(specs, expressions, strict=True):
+        name = spec.event_name
+        if name in found and found[name] != expression:
+            text = spec.source or spec.definition()
+            raise SpecError(
+                f"the probes of event {name!r} have different filters "
+                f"({found[name]!r} and {expression!r})",
+                spec=text,
+                column=text.rfind(expression) if expression and expression in text else None,
+                hint="they share the event's one filter file: give them the same filter, "
+                "or different event names (p:GROUP/NAME ...)",
+            )
+        found[name] = expression
+    return {name: expression for name, expression in found.items() if expression}
+
+
+def set_event_filters(instance: Instance, group: str, filters: dict[str, str]) -> None:
+    """Write each event's filter (the kernel's error_log says why one is refused)."""
+    for event, expression in filters.items():
+        instance.clear_error_log()
+        try:
+            instance.set_filter(group, event, expression)
+        except TracefsError as error:
+            entries = instance.error_log()
+            reason = entries[-1].message if entries else error.message
+            raise TracefsError(
+                f"the kernel refused the filter of {event}: {reason}",
+                command=entries[-1].command if entries else expression,
+                column=entries[-1].column if entries else None,
+            ) from None
 
 
 def enable_group(instance: Instance, group: str, specs: Sequence[ProbeSpec]) -> None:

@@ -30,10 +30,10 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from probescope.engines.launch import die_with_parent
+from probescope.engines.launch import die_with_parent, name_this_process
 from probescope.engines.tracefs.live_reader import LiveReader
 from probescope.errors import ProbescopeError
 
@@ -49,6 +49,9 @@ _libc = ctypes.CDLL(None, use_errno=True)
 class PageSpool:
     """Sub-buffers from every CPU through a recorder process, in the recorder's read order.
 
+    The recorder waits on the kernel (poll on `trace_pipe_raw`; the instance's buffer_percent
+    at 0 wakes it at the first event) and reads again `coalesce_seconds` after each read.
+
     `drain()` gives `(cpu, sub_buffer)` and `(cpu, None)` (the recorder caught up with that
     CPU's writer); `wait()`, `more` and `pages_read` as for LiveReader. `finish()` asks the
     recorder to copy what remains in the ring buffer and exit; `finished` is then true once it
@@ -62,9 +65,12 @@ class PageSpool:
         is_partial: Callable[[bytes], bool] | None = None,
         ring_empty: Callable[[], bool] | None = None,
         final_drain_seconds: float = 2.0,
+        coalesce_seconds: float = 0.005,
+        wake_fds: Sequence[int] = (),
     ) -> None:
         self.subbuffer_size = subbuffer_size
         self.interval = interval
+        self.coalesce_seconds = coalesce_seconds
         self.ring_empty = ring_empty
         self.final_drain_seconds = final_drain_seconds
         self.cpus = list(paths)
@@ -89,6 +95,8 @@ class PageSpool:
             raise
         self._poller = select.poll()
         self._poller.register(self._notify_r, select.POLLIN)
+        for fd in wake_fds:
+            self._poller.register(fd, select.POLLIN)
 
     # -- the recorder (child) -------------------------------------------------------------
 
@@ -101,6 +109,8 @@ class PageSpool:
             status = 1
             try:
                 self._record()
+                status = 0
+            except BrokenPipeError:  # the session is gone (killed): nobody to record for
                 status = 0
             except BaseException:  # the child must never unwind into the parent's code
                 with contextlib.suppress(BaseException):
@@ -117,6 +127,7 @@ class PageSpool:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         die_with_parent(signal.SIGKILL)
+        name_this_process("probescope-rec")
         if os.getppid() == 1:
             return
         kernel, size = self._kernel, self.subbuffer_size
@@ -157,7 +168,13 @@ class PageSpool:
                     break
                 kernel.wait(0.005)
                 continue
-            kernel.wait()
+            if chunk:
+                # Look again after a moment: a trickle of events is then read a few at a
+                # time, not one per wake-up, and the pass after the last read logs every CPU
+                # caught up — which lets the merge release everything read, the newest too.
+                time.sleep(self.coalesce_seconds)
+            else:
+                kernel.wait(None)  # until the kernel has an event for us, or we are told
             if _readable(self._control_r):
                 with contextlib.suppress(OSError):
                     os.read(self._control_r, 16)
@@ -207,13 +224,21 @@ class PageSpool:
         self._released = self.pages_read
 
     def wait(self, timeout: float | None = None) -> None:
-        """Sleep until the recorder spooled something or `timeout` (default: interval)."""
+        """Sleep until the recorder spooled something, one of the `wake_fds` is readable (a
+        traced process's pidfd: it ended), or `timeout` (default: interval) — a timer that
+        touches no file, so the consumer can stop on time."""
         timeout = self.interval if timeout is None else timeout
         with contextlib.suppress(InterruptedError):
-            if self._poller.poll(int(timeout * 1000)):
+            ready = self._poller.poll(int(timeout * 1000))
+            if any(fd == self._notify_r for fd, _ in ready):
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._notify_r, 4096)
         self._check_recorder()
+
+    def forget(self, fd: int) -> None:
+        """Stop waking on `fd` (one of the `wake_fds`), before it is closed."""
+        with contextlib.suppress(KeyError):
+            self._poller.unregister(fd)
 
     def _check_recorder(self) -> None:
         if self.recorder_pid is None or self.recorder_status is not None:

@@ -124,7 +124,7 @@ class Tracefs:
             )
         if os.geteuid() != 0:
             raise EngineUnavailable(
-                "tracefs is not accessible: not root",
+                "tracefs is not mounted, and only root can mount it",
                 hint="run as root, or use --engine ptrace to trace your own processes",
             )
         raise EngineUnavailable(

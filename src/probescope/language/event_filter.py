@@ -1,5 +1,6 @@
 """The kernel's trace-event filter language (Documentation/trace/events.rst, "Event filtering";
-kernel/trace/trace_events_filter.c), parsed into a small tree the bpf engine compiles.
+kernel/trace/trace_events_filter.c), parsed into a small tree: the bpf engine compiles it, the
+ptrace engine evaluates it in Python, the tracefs engine hands the text to the kernel.
 
     expression := or
     or         := and ('||' and)*
@@ -215,3 +216,27 @@ class _Parser:
 def _unquote(text: str) -> str:
     body = text[1:-1]
     return re.sub(r"\\(.)", r"\1", body)
+
+
+def glob_kind(text: str) -> tuple[str, str]:
+    """The kernel's `filter_parse_regex`: which match a `~` pattern asks for (`full`, `front`
+    for abc*, `end` for *abc, `middle` for *abc*, or `glob`), and the text to match."""
+    kind = "full"
+    for index, char in enumerate(text):
+        if char == "*":
+            if index == 0:
+                kind = "end"
+            elif index == len(text) - 1:
+                kind = "middle" if kind == "end" else "front"
+                break
+            else:
+                return "glob", text
+        elif char in "[?\\":
+            return "glob", text
+    if kind == "end":
+        return kind, text[1:]
+    if kind == "middle":
+        return kind, text[1:-1]
+    if kind == "front":
+        return kind, text[:-1]
+    return kind, text
