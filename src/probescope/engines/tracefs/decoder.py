@@ -109,6 +109,11 @@ class EventDecoder:
         """The EventType of every event added, by event id."""
         return {event_id: event.event_type for event_id, event in self._events.items()}
 
+    @property
+    def formats(self) -> Mapping[int, EventFormat]:
+        """The format of every event added, by event id."""
+        return {event_id: event.format for event_id, event in self._events.items()}
+
     def update_comms(self, comms: Mapping[int, str]) -> None:
         self._comms.update(comms)
         self._comms[0] = IDLE_COMM

@@ -74,8 +74,14 @@ class TracefsEngine:
         default_filter: str | None = None,
         allow_all_functions: bool = False,
         function_stack: bool = False,
+        kernel_stack_trace: bool = False,
+        user_stack_trace: bool = False,
     ) -> None:
         self.function_stack = function_stack
+        # options/stacktrace and options/userstacktrace: a kernel_stack / user_stack record
+        # after each event (what aggregations keyed by stacks read).
+        self.kernel_stack_trace = kernel_stack_trace
+        self.user_stack_trace = user_stack_trace
         self.clock = clock
         self.default_filter = default_filter
         self.allow_all_functions = allow_all_functions
@@ -164,6 +170,10 @@ class TracefsEngine:
             instance.set_buffer_size_kb(
                 self.buffer_size_kb or _default_buffer_kb(len(instance.cpus()))
             )
+            if self.kernel_stack_trace:
+                instance.set_option("stacktrace", True)
+            if self.user_stack_trace:
+                instance.set_option("userstacktrace", True)
             specs = self._session_specs(dynamic)
             self._install(tracefs, specs)
             self._decoder = self._build_decoder(instance, specs, tracepoints, bool(functions))
@@ -290,12 +300,20 @@ class TracefsEngine:
                 instance.read("events/ftrace/function/format"), system="ftrace"
             )
             decoder.add_event(function_format, kind=ProbeKind.FUNCTION, group="ftrace")
-            if self.function_stack:
-                decoder.add_event(
-                    _open_tail(instance, "kernel_stack", "caller"),
-                    kind=ProbeKind.FUNCTION,
-                    group="ftrace",
-                )
+        if self.kernel_stack_trace or (functions and self.function_stack):
+            decoder.add_event(
+                _open_tail(instance, "kernel_stack", "caller"),
+                kind=ProbeKind.FUNCTION,
+                group="ftrace",
+            )
+        if self.user_stack_trace:
+            decoder.add_event(
+                parse_event_format(
+                    instance.read("events/ftrace/user_stack/format"), system="ftrace"
+                ),
+                kind=ProbeKind.FUNCTION,
+                group="ftrace",
+            )
         return decoder
 
     @staticmethod
@@ -444,28 +462,17 @@ class TracefsEngine:
             return not any(_running(pid) for pid in self._pids)
         return False
 
-    def events(self) -> Iterator[Event | EventBatch]:
-        reader, decoder = self._reader, self._decoder
-        if reader is None or decoder is None:
+    def _rounds(self) -> Iterator[tuple[list[tuple[int, bytes | None]], bool]]:
+        """Each drain round of the recorder's spool: (cpu, sub-buffer or None when the reader
+        caught up with that CPU) items, and whether it is the last round."""
+        reader = self._reader
+        if reader is None or self._decoder is None:
             raise ProbescopeError("the tracefs engine is not attached")
         ending = False
-        merge = LiveMerge(reader.cpus)
         while not self._detached:
             items = list(reader.drain())
-            if items:
-                self._refresh_comms(decoder)
-            for cpu, data in items:
-                if data is None:
-                    merge.caught_up(cpu)
-                    continue
-                batch = decoder.decode(data, cpu)
-                if batch.lost:
-                    self._page_lost += max(batch.lost, 1)  # -1: lost, count unknown
-                    yield EventBatch([], batch.lost, batch.cpu)
-                self._name_tasks(decoder, batch)
-                merge.add(batch)
             done = ending and reader.finished
-            yield merge.flush() if done else merge.ready()
+            yield items, done
             if done:
                 return
             if reader.more:
@@ -481,6 +488,55 @@ class TracefsEngine:
                 ending = True
                 continue
             reader.wait()
+
+    def events(self) -> Iterator[Event | EventBatch]:
+        decoder = self._decoder
+        if self._reader is None or decoder is None:
+            raise ProbescopeError("the tracefs engine is not attached")
+        merge = LiveMerge(self._reader.cpus)
+        for items, done in self._rounds():
+            if items:
+                self._refresh_comms(decoder)
+            for cpu, data in items:
+                if data is None:
+                    merge.caught_up(cpu)
+                    continue
+                batch = decoder.decode(data, cpu)
+                if batch.lost:
+                    self._page_lost += max(batch.lost, 1)  # -1: lost, count unknown
+                    yield EventBatch([], batch.lost, batch.cpu)
+                self._name_tasks(decoder, batch)
+                merge.add(batch)
+            yield merge.flush() if done else merge.ready()
+
+    def sub_buffers(self) -> Iterator[tuple[int, bytes] | None]:
+        """The raw sub-buffers as the recorder copied them, as (cpu, bytes), for consumers that
+        read records themselves (aggregations); None after each round (at least every ~100 ms,
+        so the consumer can stop on time). Ends like events(). Losses are in the headers."""
+        for items, _ in self._rounds():
+            for cpu, data in items:
+                if data is not None:
+                    yield cpu, data
+            yield None
+
+    def record_layout(self) -> tuple[SubBufferLayout, dict[int, tuple[EventFormat, EventType]]]:
+        """The sub-buffer layout, and the format and EventType of each event id recorded."""
+        if self._decoder is None:
+            raise ProbescopeError("the tracefs engine is not attached")
+        types = self._decoder.event_types
+        formats = self._decoder.formats
+        return self._decoder.layout, {i: (formats[i], types[i]) for i in types}
+
+    def task_of(self, tid: int) -> tuple[str, int]:
+        """(comm, tgid) of a thread as events name it: /proc first, then saved_cmdlines."""
+        comm, tgid = _task_of(tid)
+        if (comm is None or tgid is None) and self._tracefs is not None:
+            with contextlib.suppress(TracefsError):
+                if comm is None:
+                    comm = parse_saved_cmdlines(self._tracefs.read("saved_cmdlines")).get(tid)
+                if tgid is None:
+                    tgid = parse_saved_tgids(self._tracefs.read("saved_tgids")).get(tid)
+        return comm or UNKNOWN_COMM, tgid or tid
 
     def _buffer_drained(self) -> bool:
         instance = self._installed.instance
