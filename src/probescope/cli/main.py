@@ -18,6 +18,10 @@ from probescope.errors import ProbescopeError
 # name -> (module under probescope.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("trace", "trace probes and print their events"),
+    "count": ("count", "count probe hits per key (funccount)"),
+    "hist": ("hist", "histogram of an argument or return value per key (argdist)"),
+    "latency": ("latency", "how long function calls take (funclatency)"),
+    "stacks": ("stacks", "count the call stacks that reach probes; flame graphs"),
     "resolve": ("resolve", "print the kernel definitions probe specs resolve to"),
     "symbols": ("symbols", "list function symbols of a binary with their file offsets"),
     "list": ("list", "list tracepoints, kernel functions or USDT probes that can be traced"),

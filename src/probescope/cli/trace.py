@@ -20,7 +20,9 @@ from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import running_kernel_grammar
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that runs a session: specs, what to trace, how long,
+    which engine and its settings (trace, count, hist, latency, stacks)."""
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
     target = parser.add_mutually_exclusive_group()
     target.add_argument(
@@ -36,15 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="trace process PID, its threads and the children it creates (repeatable)",
     )
     parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after this")
-    parser.add_argument("-n", "--count", type=int, metavar="COUNT", help="stop after COUNT events")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
-    parser.add_argument(
-        "-f", "--format", default="text", choices=output_formats(), help="event output format"
-    )
     parser.add_argument("--engine", default="auto", choices=ENGINE_CHOICES)
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print the definitions that would be written"
-    )
     parser.add_argument(
         "--clock", default="mono", help="tracefs trace clock (mono matches CLOCK_MONOTONIC)"
     )
@@ -61,12 +55,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow function-tracer patterns that select every kernel function",
     )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The tracefs engine's settings from the session options (none for other engines)."""
+    if args.engine not in ("auto", "tracefs"):
+        return {}
+    options: dict[str, Any] = {
+        "clock": args.clock,
+        "default_filter": args.filter,
+        "allow_all_functions": args.all,
+        "function_stack": getattr(args, "stack", False),
+    }
+    if args.buffer_size:
+        options["buffer_size_kb"] = args.buffer_size
+    return options
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_session_arguments(parser)
+    parser.add_argument("-n", "--count", type=int, metavar="COUNT", help="stop after COUNT events")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
+    parser.add_argument(
+        "-f", "--format", default="text", choices=output_formats(), help="event output format"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the definitions that would be written"
+    )
     parser.add_argument(
         "--stack",
         action="store_true",
         help="record the kernel stack with every function-tracer event",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,16 +100,7 @@ def run(args: argparse.Namespace) -> int:
             print(probe.spec.definition())
         return 0
     command = shlex.split(args.command) if args.command else None
-    options: dict[str, Any] = {}
-    if args.engine in ("auto", "tracefs"):
-        options = {
-            "clock": args.clock,
-            "default_filter": args.filter,
-            "allow_all_functions": args.all,
-            "function_stack": args.stack,
-        }
-        if args.buffer_size:
-            options["buffer_size_kb"] = args.buffer_size
+    options = engine_options(args)
     session = Session(
         args.specs, engine=args.engine, pids=args.pid, command=command, engine_options=options
     )

@@ -1,0 +1,681 @@
+"""Aggregations of a live session — the Python API behind `probescope count`, `hist`,
+`latency` and `stacks`:
+
+    from probescope.aggregations import count, histogram, latency, stacks
+    result = count(["c:malloc", "c:free"], by=["comm"], command=["ls", "-l"])
+    print(result.first.counts())
+
+A run resolves the specs, adds to each probe the hidden arguments its keys and values need
+(an ABI argument the spec did not fetch, the return value, the stack pointer that pairs
+entries with returns, a copy of the stack), picks the engine, and aggregates its events: for
+the tracefs engine straight from the ring-buffer records when nothing needs whole events
+(`aggregate.records`), else event by event (`aggregate.aggregators`, `aggregate.latency`).
+With an interval, the values are handed over and cleared every `interval` seconds; Ctrl-C,
+SIGTERM, the end of the command or of `duration` end the run with the values so far.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from probescope.aggregate.aggregators import EventAggregator, StackOptions
+from probescope.aggregate.keys import (
+    BUILTIN_FIELDS,
+    KeyPlan,
+    is_argument_field,
+    is_friendly_argument,
+    missing_arguments,
+)
+from probescope.aggregate.latency import RETURN_VALUE, STACK_POINTER, LatencyAggregator
+from probescope.aggregate.maps import Aggregation
+from probescope.aggregate.maps_keeper import MapsKeeper
+from probescope.aggregate.records import RecordAggregator, fast_path_possible
+from probescope.aggregate.stack_capture import (
+    MAX_SNAPSHOT,
+    StackCapture,
+    with_arguments,
+    with_stack_capture,
+)
+from probescope.aggregate.symbolize import ProcessMaps, Symbolizer
+from probescope.aggregate.values import Scale
+from probescope.engines.launch import GatedCommand
+from probescope.engines.registry import create_engine
+from probescope.errors import ProbescopeError, SpecError
+from probescope.language.arch import Arch, host_arch
+from probescope.language.model import ProbeKind, ProbeSpec
+from probescope.language.parse import Spec
+from probescope.language.resolved import ResolvedProbe
+from probescope.session import Session, Terminated, signals_end_session
+from probescope.symbols.resolve import resolve_specs
+from probescope.system.kernel import running_kernel_grammar
+
+KINDS = ("count", "hist", "latency", "stacks")
+MAPS_POLL_SECONDS = 0.01
+RETURN_SUFFIX = "__return"
+
+
+class AggregationError(ProbescopeError):
+    """A request that cannot be aggregated (a key no probe has, a return probe for latency)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to aggregate: `kind` (count, hist, latency, stacks) of the probes `specs`, keyed by
+    `by`; `of` is the argument a histogram is made of, `scale` its buckets; `unit` the latency
+    unit; `stack_method`/`stack_size` how user stacks are captured; `keep_spans` keeps every
+    timed call for an evented profile."""
+
+    kind: str
+    specs: tuple[str | Spec, ...]
+    by: tuple[str, ...] | None = None
+    of: str | None = None
+    scale: Scale | None = None
+    unit: str = "us"
+    stack_method: str = "dwarf"
+    stack_size: int = MAX_SNAPSHOT
+    keep_spans: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise AggregationError(f"unknown aggregation {self.kind!r}")
+        if self.kind == "hist" and not self.of:
+            raise AggregationError("a histogram needs the argument it is made of", hint="--of ARG")
+
+
+@dataclass
+class RunSummary:
+    engine: str
+    duration: float
+    events: int
+    lost: int
+    reason: str
+    fast_path: bool
+    notes: list[str]
+    command_status: int | None
+
+
+class AggregationRun:
+    """One aggregation over one session; `run()` returns the (last interval's) values."""
+
+    def __init__(
+        self,
+        request: Request,
+        *,
+        engine: str = "auto",
+        pids: Sequence[int] = (),
+        command: Sequence[str] | None = None,
+        engine_options: dict[str, Any] | None = None,
+        arch: Arch | None = None,
+        kernel_symbols: Any = None,
+    ) -> None:
+        self.request = request
+        self.arch = arch or host_arch()
+        self.pids = tuple(pids)
+        self.command = tuple(command) if command else None
+        resolved = resolve_specs(
+            list(request.specs),
+            pid=pids[0] if len(pids) == 1 else None,
+            arch=self.arch,
+            grammar=running_kernel_grammar(),
+        )
+        if not resolved:
+            raise AggregationError("no probes to aggregate", hint="give at least one probe spec")
+        self.fields = self._key_fields(resolved)
+        self.plan = KeyPlan(self.fields)
+        self.engine_name = create_engine(engine, resolved).name
+        self.stack_options = StackOptions(
+            method=request.stack_method,
+            kernel_user_walk=(
+                request.stack_method == "fp"
+                and self.engine_name == "tracefs"
+                and request.kind != "latency"
+            ),
+            kernel_stacks="kstack" in self.fields,
+        )
+        self.returns: dict[str, str] = {}
+        self.probes = self._prepare(resolved)
+        self.stack_options.at_function_entry = {
+            p.spec.event_name: p.on_function_entry
+            for p in self.probes
+            if isinstance(p.spec, ProbeSpec)
+        }
+        options = dict(engine_options or {})
+        if self.engine_name == "tracefs":
+            options["kernel_stack_trace"] = "kstack" in self.fields
+            options["user_stack_trace"] = (
+                "ustack" in self.fields and self.stack_options.kernel_user_walk
+            )
+        else:
+            options = {}  # the tracefs engine's settings mean nothing to the others
+        self.engine_options = options
+        # With the tracefs engine, stacks of a command are symbolized from maps the keeper
+        # copies at its exec and exit, so the run starts the command itself, gated.
+        self.owns_command = (
+            self.command is not None and self.engine_name == "tracefs" and "ustack" in self.fields
+        )
+        self._gate: GatedCommand | None = None
+        self._keeper: MapsKeeper | None = None
+        self.session = Session(
+            probes=self.probes,
+            engine=self.engine_name,
+            pids=pids,
+            command=None if self.owns_command else command,
+            engine_options=options,
+        )
+        needs_kernel = "kstack" in self.fields
+        if needs_kernel and kernel_symbols is None:
+            from probescope.sinks.kernel_symbols import KernelSymbols
+
+            kernel_symbols = KernelSymbols.load()
+        self.maps = ProcessMaps()
+        self.symbolizer = Symbolizer(self.maps, kernel_symbols)
+        self.fast_path = False
+        self.events = 0
+        self.reason = "end"
+        self._started = 0.0
+        self._watcher: _MapsWatcher | None = None
+        self._notes: list[str] = []
+        self._aggregator_used: object = None
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _key_fields(self, probes: list[ResolvedProbe]) -> tuple[str, ...]:
+        request = self.request
+        if request.by is not None:
+            return request.by
+        several = len({_event_name(p) for p in probes}) > 1
+        if request.kind == "stacks":
+            user = any(p.kind.is_user for p in probes)
+            stack = ("ustack",) if user else ("kstack",)
+            return (("probe",) if several else ()) + stack
+        if request.kind == "count":
+            return ("probe",)
+        return ("probe",) if several else ()
+
+    def _prepare(self, probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
+        request = self.request
+        fields = self.fields
+        wanted = [f for f in fields if is_argument_field(f)]
+        if request.of:
+            wanted.append(request.of)
+        if request.kind == "latency":
+            probes = self._latency_probes(probes)
+        prepared = []
+        capture = StackCapture(
+            request.stack_method,
+            request.stack_size,
+            kernel_walk=self.stack_options.kernel_user_walk,
+        )
+        for probe in probes:
+            spec = probe.spec
+            extra = []
+            if isinstance(spec, ProbeSpec):
+                names = {a.name for a in spec.args}
+                for name in wanted:
+                    if name in names or not is_friendly_argument(name):
+                        continue
+                    fetch = self._friendly_argument(probe, name)
+                    if fetch is not None:
+                        extra.append(f"{name}={fetch}:s64")
+                if spec.kind.is_return and "retval" in fields:
+                    extra.append(f"{RETURN_VALUE}=$retval:s64")
+                if request.kind == "latency":
+                    extra.append(f"{STACK_POINTER}=%sp:x64")
+            probe = with_arguments(probe, extra, arch=self.arch)
+            if "ustack" in fields and not (request.kind == "latency" and probe.kind.is_return):
+                probe = with_stack_capture(probe, capture, arch=self.arch)
+            prepared.append(probe)
+        self._check_fields(prepared)
+        return prepared
+
+    def _friendly_argument(self, probe: ResolvedProbe, name: str) -> str | None:
+        """`argN` lowered for this probe: only at a function's entry, where the ABI holds."""
+        if not probe.on_function_entry or probe.kind is not ProbeKind.UPROBE:
+            return None
+        index = int(name[3:])
+        register = self.arch.arg_register(index)
+        if register is not None:
+            return f"%{register}"
+        return f"$stack{index - len(self.arch.arg_registers)}"
+
+    def _latency_probes(self, probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
+        result = []
+        for probe in probes:
+            spec = probe.spec
+            text = spec.source if isinstance(spec, ProbeSpec) and spec.source else str(spec)
+            if not isinstance(spec, ProbeSpec) or spec.kind not in (
+                ProbeKind.UPROBE,
+                ProbeKind.KPROBE,
+            ):
+                raise SpecError(
+                    f"latency needs a function entry, not a {probe.kind} probe",
+                    spec=text,
+                    column=0,
+                    hint="give the function (e.g. c:malloc): the return probe is made for you",
+                )
+            if spec.kind is ProbeKind.UPROBE and not probe.on_function_entry:
+                raise SpecError(
+                    "latency needs the first instruction of a function",
+                    spec=text,
+                    column=0,
+                    hint="a return probe only pairs with an entry at the function's start",
+                )
+            entry_name = spec.event_name
+            return_name = entry_name[: 63 - len(RETURN_SUFFIX)] + RETURN_SUFFIX
+            return_kind = (
+                ProbeKind.URETPROBE if spec.kind is ProbeKind.UPROBE else ProbeKind.KRETPROBE
+            )
+            returning = replace(
+                spec, kind=return_kind, event=return_name, args=(), source=None
+            )
+            self.returns[return_name] = entry_name
+            result += [
+                replace(probe, spec=replace(spec, event=entry_name)),
+                replace(probe, spec=returning, kind=return_kind),
+            ]
+        return result
+
+    def _check_fields(self, probes: list[ResolvedProbe]) -> None:
+        arg_names = [
+            [a.name for a in p.spec.args] if isinstance(p.spec, ProbeSpec) else []
+            for p in probes
+        ]
+        if any(not isinstance(p.spec, ProbeSpec) for p in probes):
+            return  # tracepoint fields are known only once their formats are read
+        missing = missing_arguments(self.fields, arg_names)
+        if self.request.of and self.request.of not in {n for ns in arg_names for n in ns}:
+            missing.append(self.request.of)
+        if missing:
+            raise AggregationError(
+                f"no probe has an argument named {missing[0]!r}",
+                hint=f"keys are {', '.join(BUILTIN_FIELDS)}, argN at a function entry, or an "
+                "argument the spec names (e.g. 'c:malloc size=arg1:u64' gives 'size')",
+            )
+
+    # -- running ----------------------------------------------------------------------------
+
+    def _aggregator(self) -> EventAggregator | LatencyAggregator | RecordAggregator:
+        request = self.request
+        if request.kind == "latency":
+            return LatencyAggregator(
+                f"@latency_{request.unit}",
+                self.plan,
+                self.returns,
+                unit=request.unit,
+                symbolizer=self.symbolizer,
+                stacks=self.stack_options,
+                keep_spans=request.keep_spans,
+            )
+        name = {"count": "@count", "stacks": "@stacks"}.get(request.kind, f"@{request.of}")
+        engine: Any = self.session.engine
+        retval_arg = RETURN_VALUE if "retval" in self.fields else None
+        if request.kind in ("count", "hist") and hasattr(engine, "sub_buffers"):
+            layout, events = engine.record_layout()
+            if fast_path_possible(self.plan, [t for _, t in events.values()], request.of):
+                self.fast_path = True
+                return RecordAggregator(
+                    name,
+                    self.plan,
+                    layout,
+                    events,
+                    of=request.of,
+                    scale=request.scale,
+                    retval_arg=retval_arg,
+                    task_of=engine.task_of,
+                )
+        return EventAggregator(
+            name,
+            self.plan,
+            of=request.of,
+            scale=request.scale,
+            retval_arg=retval_arg,
+            symbolizer=self.symbolizer,
+            stacks=self.stack_options,
+        )
+
+    def run(
+        self,
+        *,
+        duration: float | None = None,
+        interval: float | None = None,
+        on_interval: Callable[[Aggregation], None] | None = None,
+    ) -> Aggregation:
+        """Aggregate until the target ends, `duration` passes, Ctrl-C or SIGTERM. With
+        `interval`, `on_interval(values)` gets the values of each interval (then cleared);
+        the return value is the last (partial) interval's."""
+        aggregator: EventAggregator | LatencyAggregator | RecordAggregator | None = None
+        with contextlib.ExitStack() as stack:
+            stack.callback(self._end_command)
+            stack.callback(lambda: self.session.close())
+            stack.callback(self._stop_watcher)
+            try:
+                with signals_end_session():
+                    self._start_session()
+                    self._started = time.monotonic()
+                    self._start_watcher()
+                    gc.freeze()
+                    gc.set_threshold(100_000, 50, 1000)
+                    aggregator = self._aggregator_used = self._aggregator()
+                    deadline = None if duration is None else self._started + duration
+                    next_interval = None if interval is None else self._started + interval
+                    interval_started = time.time_ns()
+                    for _ in self._feed(aggregator):
+                        now = time.monotonic()
+                        if next_interval is not None and now >= next_interval:
+                            values = self._snapshot(aggregator, interval_started)
+                            aggregator.clear()
+                            interval_started = time.time_ns()
+                            next_interval += interval or 0.0
+                            if on_interval is not None:
+                                on_interval(values)
+                        if deadline is not None and now >= deadline:
+                            self.reason = "duration"
+                            break
+            except KeyboardInterrupt:
+                self.reason = "interrupted"
+            except Terminated as signal_end:
+                self.reason = signal_end.message
+            if aggregator is None:
+                return Aggregation()
+            return self._snapshot(aggregator, interval_started, final=True)
+        return Aggregation()  # pragma: no cover - the with block returns
+
+    def _feed(
+        self, aggregator: EventAggregator | LatencyAggregator | RecordAggregator
+    ) -> Iterator[None]:
+        """Feed the aggregator; yields after each batch so the caller can keep time."""
+        engine: Any = self.session.engine
+        if isinstance(aggregator, RecordAggregator):
+            feed = aggregator.feed
+            for item in engine.sub_buffers():
+                if item is not None:
+                    feed(item[1], item[0])
+                yield None
+            return
+        add = aggregator.add_batch
+        for batch in self.session.batches():
+            if batch.events or batch.lost:
+                self.events += len(batch.events)
+                add(batch)
+            yield None
+
+    def _snapshot(
+        self,
+        aggregator: EventAggregator | LatencyAggregator | RecordAggregator,
+        started_ns: int,
+        *,
+        final: bool = False,
+    ) -> Aggregation:
+        if isinstance(aggregator, LatencyAggregator):
+            values = aggregator.snapshot(final=final)
+        else:
+            values = aggregator.snapshot()
+        values.started_ns = started_ns
+        values.ended_ns = time.time_ns()
+        if isinstance(aggregator, RecordAggregator):
+            self.events += sum(v for v in values.first.counts().values())
+        return values
+
+    def summary(self) -> RunSummary:
+        summary = self.session.summary(self.reason)
+        stats = summary.stats
+        status = stats.extra.get("command_status") if stats else None
+        if self._gate is not None:
+            status = self._gate.returncode
+        return RunSummary(
+            engine=summary.engine,
+            duration=time.monotonic() - self._started if self._started else 0.0,
+            events=self.events - getattr(self._aggregator_used, "stack_records", 0),
+            lost=summary.lost,
+            reason=self.reason,
+            fast_path=self.fast_path,
+            notes=(list(stats.notes) if stats else []) + self._notes,
+            command_status=status,
+        )
+
+    def _start_session(self) -> None:
+        if not self.owns_command:
+            self.session.start()
+            return
+        assert self.command is not None
+        self._gate = gate = GatedCommand(self.command)
+        pid = gate.start()
+        try:
+            self._keeper = MapsKeeper(self.maps.add_text)
+            if not self._keeper.start(pid):
+                self._keeper = None
+            self.session = Session(
+                probes=self.probes,
+                engine=self.engine_name,
+                pids=[pid],
+                engine_options=self.engine_options,
+            )
+            self.session.start()
+            gate.release()
+        except BaseException:
+            gate.abort()
+            raise
+
+    def _end_command(self) -> None:
+        gate = self._gate
+        if gate is not None and gate.poll() is None and gate.pid is not None:
+            gate.terminate()
+            self._notes.append(
+                f"{gate.argv[0]} (pid {gate.pid}) was still running: terminated, "
+                f"status {gate.returncode}"
+            )
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
+
+    # -- memory maps --------------------------------------------------------------------------
+
+    def _start_watcher(self) -> None:
+        if "ustack" not in self.fields:
+            return
+        engine: Any = self.session.engine
+        pids = tuple(getattr(engine, "pids", ()) or self.pids)
+        if not pids:
+            return
+        self._watcher = _MapsWatcher(self.maps, pids)
+        self._watcher.start()
+
+    def _stop_watcher(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+
+
+
+def _event_name(probe: ResolvedProbe) -> str:
+    spec = probe.spec
+    return spec.event_name if isinstance(spec, ProbeSpec) else str(spec)
+
+
+class _MapsWatcher:
+    """Reads the target processes' maps every few milliseconds while they live, so addresses
+    of a process that exits before its events are aggregated still find their files."""
+
+    def __init__(self, maps: ProcessMaps, pids: tuple[int, ...]) -> None:
+        self.maps = maps
+        self.pids = pids
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="probescope-maps", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            alive = False
+            for pid in self.pids:
+                for tid in _process_and_children(pid):
+                    alive = self.maps.read(tid) or alive
+            if not alive and all(self.maps.known(pid) for pid in self.pids):
+                return
+            self._stop.wait(MAPS_POLL_SECONDS)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
+def _process_and_children(pid: int) -> list[int]:
+    found = [pid]
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                found += [int(child) for child in children.read().split()]
+    return found
+
+
+# --- the Python API -----------------------------------------------------------------------
+
+
+def _run(
+    request: Request,
+    *,
+    engine: str,
+    pids: Sequence[int],
+    command: Sequence[str] | None,
+    duration: float | None,
+    interval: float | None,
+    on_interval: Callable[[Aggregation], None] | None,
+) -> Aggregation:
+    run = AggregationRun(request, engine=engine, pids=pids, command=command)
+    return run.run(duration=duration, interval=interval, on_interval=on_interval)
+
+
+def count(
+    specs: Sequence[str | Spec],
+    *,
+    by: Sequence[str] | None = None,
+    engine: str = "auto",
+    pids: Sequence[int] = (),
+    command: Sequence[str] | None = None,
+    duration: float | None = None,
+    interval: float | None = None,
+    on_interval: Callable[[Aggregation], None] | None = None,
+) -> Aggregation:
+    """How often each probe fires, per key (default: per probe). `result.first` is the map."""
+    request = Request("count", tuple(specs), tuple(by) if by is not None else None)
+    return _run(
+        request,
+        engine=engine,
+        pids=pids,
+        command=command,
+        duration=duration,
+        interval=interval,
+        on_interval=on_interval,
+    )
+
+
+def histogram(
+    specs: Sequence[str | Spec],
+    of: str,
+    *,
+    by: Sequence[str] | None = None,
+    scale: Scale | None = None,
+    engine: str = "auto",
+    pids: Sequence[int] = (),
+    command: Sequence[str] | None = None,
+    duration: float | None = None,
+    interval: float | None = None,
+    on_interval: Callable[[Aggregation], None] | None = None,
+) -> Aggregation:
+    """The distribution of argument `of` (log2 buckets, or `scale`), per key."""
+    request = Request(
+        "hist", tuple(specs), tuple(by) if by is not None else None, of=of, scale=scale
+    )
+    return _run(
+        request,
+        engine=engine,
+        pids=pids,
+        command=command,
+        duration=duration,
+        interval=interval,
+        on_interval=on_interval,
+    )
+
+
+def latency(
+    specs: Sequence[str | Spec],
+    *,
+    by: Sequence[str] | None = None,
+    unit: str = "us",
+    keep_spans: bool = False,
+    stack_method: str = "dwarf",
+    engine: str = "auto",
+    pids: Sequence[int] = (),
+    command: Sequence[str] | None = None,
+    duration: float | None = None,
+    interval: float | None = None,
+    on_interval: Callable[[Aggregation], None] | None = None,
+) -> Aggregation:
+    """How long calls to the functions take (entry and return probes made for you)."""
+    request = Request(
+        "latency",
+        tuple(specs),
+        tuple(by) if by is not None else None,
+        unit=unit,
+        keep_spans=keep_spans,
+        stack_method=stack_method,
+    )
+    return _run(
+        request,
+        engine=engine,
+        pids=pids,
+        command=command,
+        duration=duration,
+        interval=interval,
+        on_interval=on_interval,
+    )
+
+
+def stacks(
+    specs: Sequence[str | Spec],
+    *,
+    by: Sequence[str] | None = None,
+    stack_method: str = "dwarf",
+    stack_size: int = MAX_SNAPSHOT,
+    engine: str = "auto",
+    pids: Sequence[int] = (),
+    command: Sequence[str] | None = None,
+    duration: float | None = None,
+    interval: float | None = None,
+    on_interval: Callable[[Aggregation], None] | None = None,
+) -> Aggregation:
+    """How often each call path leads to the probes (default key: the user stack)."""
+    request = Request(
+        "stacks",
+        tuple(specs),
+        tuple(by) if by is not None else None,
+        stack_method=stack_method,
+        stack_size=stack_size,
+    )
+    return _run(
+        request,
+        engine=engine,
+        pids=pids,
+        command=command,
+        duration=duration,
+        interval=interval,
+        on_interval=on_interval,
+    )
+
+
+__all__ = [
+    "AggregationRun",
+    "Request",
+    "count",
+    "histogram",
+    "latency",
+    "stacks",
+]
