@@ -15,7 +15,8 @@ import struct
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
-from probescope.aggregate.keys import KeyPlan, probe_label
+from probescope.aggregate.aggregators import is_stack_record
+from probescope.aggregate.keys import STACK_FIELDS, KeyPlan, probe_label
 from probescope.aggregate.maps import AggregateMap, Aggregation, Key
 from probescope.aggregate.values import Count, Histogram, Scale, Value
 from probescope.engines.tracefs.format import EventFormat
@@ -46,6 +47,8 @@ class RawSubBufferSource(Protocol):
 
 def fast_path_possible(plan: KeyPlan, event_types: list[EventType], of: str | None) -> bool:
     """Whether every key field and the value can be read from fixed record fields."""
+    if any(field in STACK_FIELDS for field in plan.fields):
+        return False
     for event_type in event_types:
         numeric = {
             name
@@ -117,6 +120,8 @@ class RecordAggregator:
         lines = [f"type_id = {type_id}"]
         keyword = "if"
         for event_id, (event_format, event_type) in sorted(events.items()):
+            if is_stack_record(event_type):
+                continue
             body = self._event_lines(
                 event_format, event_type, prefix, namespace, retval_arg, needs_tid, needs_task
             )
