@@ -15,11 +15,12 @@ from probescope.aggregate.render.speedscope import speedscope_document
 from probescope.aggregate.render.text import render_text
 from probescope.aggregate.values import Count, Frame, Histogram, Latency, LinearScale, Stacks
 
+# bpftrace prints a space after the colon of a histogram map's name line.
 # arg0 of 20 calls: 0 ×3, 100 ×3, 200 ×3, 300 ×3, 400 ×3, 500 ×3, 600 ×2
 VALUES = [0] * 3 + [100] * 3 + [200] * 3 + [300] * 3 + [400] * 3 + [500] * 3 + [600] * 2
 
 BPFTRACE_HIST = """\
-@h: 
+@h:{TRAILING}
 [0]                    3 |@@@@@@@@@@@@@@@@@                                   |
 [1]                    0 |                                                    |
 [2, 4)                 0 |                                                    |
@@ -32,16 +33,16 @@ BPFTRACE_HIST = """\
 [256, 512)             9 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|
 [512, 1K)              2 |@@@@@@@@@@@                                         |
 
-"""
+""".format(TRAILING=" ")
 
 BPFTRACE_LHIST = """\
-@lo: 
+@lo:{TRAILING}
 (..., 100)             3 |@@@@@@@@@@@@@@                                      |
 [100, 200)             3 |@@@@@@@@@@@@@@                                      |
 [200, 300)             3 |@@@@@@@@@@@@@@                                      |
 [300, ...)            11 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|
 
-"""
+""".format(TRAILING=" ")
 
 
 def histogram(values: list[int], scale: LinearScale | None = None) -> Histogram:
