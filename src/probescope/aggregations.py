@@ -351,6 +351,10 @@ class AggregationRun:
         `interval`, `on_interval(values)` gets the values of each interval (then cleared);
         the return value is the last (partial) interval's."""
         aggregator: EventAggregator | LatencyAggregator | RecordAggregator | None = None
+        if interval and self.engine_name == "tracefs":
+            # read the ring buffer often enough that each interval gets its own events
+            self.engine_options.setdefault("interval", min(0.1, interval / 4))
+            self.session.engine_options = self.engine_options
         with contextlib.ExitStack() as stack:
             stack.callback(self._end_command)
             stack.callback(lambda: self.session.close())

@@ -100,10 +100,11 @@ def run_aggregation(args: argparse.Namespace, request: Request) -> int:
             interval=interval,
             on_interval=(lambda v: show(v, stamp=True)) if interval else None,
         )
-        if stack_format is None:
+        # A stacks file replaces the text of `stacks` (thousands of stacks), not of `latency`.
+        if stack_format is None or request.kind != "stacks":
             with contextlib.suppress(BrokenPipeError):
                 show(values, stamp=bool(interval))
-        elif output is not None:
+        if stack_format is not None and output is not None:
             with open(output, "w") as target:
                 render_stacks(values, target, stack_format, title=_title(args))
     summary = run.summary()

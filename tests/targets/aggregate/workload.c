@@ -3,7 +3,7 @@
  * hist:   beta(v) for v = 0..63 once each and beta(-5) three times;
  * fib:    fib(15) (1973 calls, recursive);
  * jump:   three rounds of jumper(3), which longjmps out of 4 nested calls;
- * nap:    nap(20) five times (20 ms sleeps). */
+ * nap:    nap(MS) COUNT times (argv[2] = COUNT, default 5; argv[3] = MS, default 20). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -57,8 +57,9 @@ int main(int argc, char **argv) {
             if (!setjmp(env))
                 jumper(3);
     } else if (!strcmp(mode, "nap")) {
-        for (int i = 0; i < 5; i++)
-            nap(20);
+        int count = argc > 2 ? atoi(argv[2]) : 5, ms = argc > 3 ? atoi(argv[3]) : 20;
+        for (int i = 0; i < count; i++)
+            nap(ms);
     }
     printf("%ld\n", sum);
     return 0;
