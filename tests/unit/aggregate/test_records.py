@@ -61,6 +61,20 @@ def test_counts_by_argument_and_histograms_agree() -> None:
     assert fast.first.values == slow.first.values
 
 
+def test_uniform_runs_and_record_walks_both_serve() -> None:
+    """multi_cpu's sub-buffers are runs of one record size (counted in C), uprobe_types mixes
+    entry and return records (walked record by record)."""
+    for name, uniform in (("multi_cpu", True), ("uprobe_types", False)):
+        case = load_case(FIXTURES / "kernel-6.18.44-fc-v657" / name)
+        decoder = case.decoder()
+        events = {i: (decoder.formats[i], t) for i, t in decoder.event_types.items()}
+        aggregator = RecordAggregator("@m", KeyPlan(("probe",)), case.layout, events)
+        for cpu, data in case.raw.items():
+            for sub_buffer in _split(case, data):
+                aggregator.feed(sub_buffer, cpu)
+        assert (aggregator.uniform_runs > 0, aggregator.walked > 0) == (uniform, not uniform)
+
+
 def test_strings_and_stacks_take_the_event_path() -> None:
     case = load_case(FIXTURES / "kernel-6.18.44-fc-v657" / "strings")
     decoder = case.decoder()
