@@ -316,9 +316,8 @@ def part_c(options: Options, work: Path) -> list[Row]:
     binary = build(work)
     target = str(binary)
     command = f"{target} 10"
-    tools: list[tuple[str, list[str]]] = [
-        ("probescope latency -c", [*PROBESCOPE, "latency", f"{target}:probed", "-q", "-c", command]),
-    ]
+    ours = [*PROBESCOPE, "latency", f"{target}:probed", "-q", "-c", command]
+    tools: list[tuple[str, list[str]]] = [("probescope latency -c", ours)]
     if shutil.which("bpftrace"):
         program = (
             f"uprobe:{target}:probed {{ @s[tid] = nsecs; }} "
