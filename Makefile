@@ -3,12 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>).
-TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils
+# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, perf as the
+# reference for unwound stacks, chromium to render the SVG flame graph).
+TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils linux-perf chromium
 # The QEMU test guest (tests/vm); its tests skip with a reason when these cannot be installed.
 VM_PACKAGES := qemu-system-x86 busybox-static cpio
 # Peers the benchmarks measure probescope against.
-BENCH_PACKAGES := trace-cmd bpftrace ltrace linux-perf gdb
+BENCH_PACKAGES := trace-cmd bpftrace ltrace linux-perf gdb bpfcc-tools
 
 .PHONY: test demo lint bench test-vm venv system-deps bench-deps clean
 
@@ -67,6 +68,7 @@ bench: bench-deps venv
 	$(PY) bench/bench_tracefs.py
 	$(PY) bench/bench_ptrace.py
 	$(PY) bench/bench_static.py
+	$(PY) bench/bench_aggregate.py
 
 clean:
 	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -112,7 +112,8 @@ def per_call(output: str) -> tuple[int, float]:
 
 
 def pinned(argv: list[str], cpu: int) -> list[str]:
-    return ["taskset", "-c", str(cpu), *argv] if shutil.which("taskset") else argv
+    taskset = shutil.which("taskset")  # a full path: bpftrace -c refuses a bare name
+    return [os.path.realpath(taskset), "-c", str(cpu), *argv] if taskset else argv
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -186,10 +187,19 @@ def _funccount(target: str) -> Row:
         row.note = "not installed (bpfcc-tools)"
         return row
     done = run(["timeout", "20", tool, "-d", "2", f"{target}:probed"])
-    if done.returncode:
-        reason = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        row.note = f"cannot run here: {reason[:120]}"
+    row.note = _bcc_failure(done) or "ran, but is not timed here"
     return row
+
+
+def _bcc_failure(done: subprocess.CompletedProcess[str]) -> str | None:
+    """Why a bcc tool failed (it can exit 0 after failing to compile its program)."""
+    text = done.stdout + done.stderr
+    for reason in ("Unable to find kernel headers", "Failed to compile BPF module"):
+        if reason in text:
+            return f"cannot run here: {reason.lower()} (bcc compiles against kernel headers)"
+    if done.returncode:
+        return "cannot run here: " + (text.strip().splitlines() or ["failed"])[-1][:120]
+    return None
 
 
 def print_part_a(rows: list[Row]) -> None:
@@ -343,9 +353,7 @@ def part_c(options: Options, work: Path) -> list[Row]:
         funclatency.note = "not installed (bpfcc-tools)"
     else:
         done = run(["timeout", "20", tool, "-d", "1", f"{target}:probed"])
-        if done.returncode:
-            reason = (done.stderr.strip().splitlines() or ["failed"])[-1]
-            funclatency.note = f"cannot run here: {reason[:120]}"
+        funclatency.note = _bcc_failure(done) or "ran, but is not timed here"
     rows.append(funclatency)
     return rows
 

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probescope.aggregate.aggregators import EventAggregator, StackOptions
 from probescope.aggregate.keys import (
@@ -35,8 +35,6 @@ from probescope.aggregate.keys import (
 )
 from probescope.aggregate.latency import RETURN_VALUE, STACK_POINTER, LatencyAggregator
 from probescope.aggregate.maps import Aggregation
-from probescope.aggregate.maps_keeper import MapsKeeper
-from probescope.aggregate.records import RecordAggregator, fast_path_possible
 from probescope.aggregate.stack_capture import (
     MAX_SNAPSHOT,
     StackCapture,
@@ -55,6 +53,11 @@ from probescope.language.resolved import ResolvedProbe
 from probescope.session import Session, Terminated, signals_end_session
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import running_kernel_grammar
+
+if TYPE_CHECKING:
+    from probescope.aggregate.records import RecordAggregator
+
+    Aggregator = EventAggregator | LatencyAggregator | RecordAggregator
 
 KINDS = ("count", "hist", "latency", "stacks")
 MAPS_POLL_SECONDS = 0.01
@@ -161,7 +164,7 @@ class AggregationRun:
             self.command is not None and self.engine_name == "tracefs" and "ustack" in self.fields
         )
         self._gate: GatedCommand | None = None
-        self._keeper: MapsKeeper | None = None
+        self._keeper: Any = None  # a MapsKeeper while the run owns the command
         self.session = Session(
             probes=self.probes,
             engine=self.engine_name,
@@ -301,7 +304,7 @@ class AggregationRun:
 
     # -- running ----------------------------------------------------------------------------
 
-    def _aggregator(self) -> EventAggregator | LatencyAggregator | RecordAggregator:
+    def _aggregator(self) -> Aggregator:
         request = self.request
         if request.kind == "latency":
             return LatencyAggregator(
@@ -317,6 +320,8 @@ class AggregationRun:
         engine: Any = self.session.engine
         retval_arg = RETURN_VALUE if "retval" in self.fields else None
         if request.kind in ("count", "hist") and hasattr(engine, "sub_buffers"):
+            from probescope.aggregate.records import RecordAggregator, fast_path_possible
+
             layout, events = engine.record_layout()
             if fast_path_possible(self.plan, [t for _, t in events.values()], request.of):
                 self.fast_path = True
@@ -350,7 +355,7 @@ class AggregationRun:
         """Aggregate until the target ends, `duration` passes, Ctrl-C or SIGTERM. With
         `interval`, `on_interval(values)` gets the values of each interval (then cleared);
         the return value is the last (partial) interval's."""
-        aggregator: EventAggregator | LatencyAggregator | RecordAggregator | None = None
+        aggregator: Aggregator | None = None
         if interval and self.engine_name == "tracefs":
             # read the ring buffer often enough that each interval gets its own events
             self.engine_options.setdefault("interval", min(0.1, interval / 4))
@@ -391,12 +396,10 @@ class AggregationRun:
             return self._snapshot(aggregator, interval_started, final=True)
         return Aggregation()  # pragma: no cover - the with block returns
 
-    def _feed(
-        self, aggregator: EventAggregator | LatencyAggregator | RecordAggregator
-    ) -> Iterator[None]:
+    def _feed(self, aggregator: Aggregator) -> Iterator[None]:
         """Feed the aggregator; yields after each batch so the caller can keep time."""
         engine: Any = self.session.engine
-        if isinstance(aggregator, RecordAggregator):
+        if not isinstance(aggregator, EventAggregator | LatencyAggregator):
             feed = aggregator.feed
             for item in engine.sub_buffers():
                 if item is not None:
@@ -412,7 +415,7 @@ class AggregationRun:
 
     def _snapshot(
         self,
-        aggregator: EventAggregator | LatencyAggregator | RecordAggregator,
+        aggregator: Aggregator,
         started_ns: int,
         *,
         final: bool = False,
@@ -423,7 +426,7 @@ class AggregationRun:
             values = aggregator.snapshot()
         values.started_ns = started_ns
         values.ended_ns = time.time_ns()
-        if isinstance(aggregator, RecordAggregator):
+        if not isinstance(aggregator, EventAggregator | LatencyAggregator):
             self.events += sum(v for v in values.first.counts().values())
         return values
 
@@ -449,6 +452,8 @@ class AggregationRun:
             self.session.start()
             return
         assert self.command is not None
+        from probescope.aggregate.maps_keeper import MapsKeeper
+
         self._gate = gate = GatedCommand(self.command)
         pid = gate.start()
         try:

@@ -17,7 +17,7 @@ from probescope.aggregate.render.json_records import render_json
 from probescope.aggregate.render.text import render_text
 from probescope.aggregate.stack_capture import MAX_SNAPSHOT, METHODS
 from probescope.aggregations import AggregationRun, Request, RunSummary
-from probescope.cli.trace import add_session_arguments, engine_options
+from probescope.cli.session_options import add_session_arguments, engine_options
 
 
 def add_aggregation_arguments(parser: argparse.ArgumentParser, *, default_by: str) -> None:

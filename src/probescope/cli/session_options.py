@@ -1,0 +1,63 @@
+"""The options every command that runs a session takes (trace, count, hist, latency, stacks):
+specs, what to trace, how long, which engine and its settings. Kept apart from `trace` so the
+aggregation commands share them without importing what only `trace` prints with."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from probescope.engines.registry import ENGINE_CHOICES
+
+
+def add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that runs a session: specs, what to trace, how long,
+    which engine and its settings (trace, count, hist, latency, stacks)."""
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument(
+        "-c", "--command", metavar="CMD", help="run CMD with the probes armed; end with it"
+    )
+    target.add_argument(
+        "-p",
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="trace process PID, its threads and the children it creates (repeatable)",
+    )
+    parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after this")
+    parser.add_argument("--engine", default="auto", choices=ENGINE_CHOICES)
+    parser.add_argument(
+        "--clock", default="mono", help="tracefs trace clock (mono matches CLOCK_MONOTONIC)"
+    )
+    parser.add_argument(
+        "--buffer-size", type=int, metavar="KB", help="tracefs ring buffer size per CPU"
+    )
+    parser.add_argument(
+        "--filter",
+        metavar="EXPR",
+        help="kernel filter for every tracepoint given without its own `if ...`",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="allow function-tracer patterns that select every kernel function",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The tracefs engine's settings from the session options (none for other engines)."""
+    if args.engine not in ("auto", "tracefs"):
+        return {}
+    options: dict[str, Any] = {
+        "clock": args.clock,
+        "default_filter": args.filter,
+        "allow_all_functions": args.all,
+        "function_stack": getattr(args, "stack", False),
+    }
+    if args.buffer_size:
+        options["buffer_size_kb"] = args.buffer_size
+    return options
