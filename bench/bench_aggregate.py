@@ -43,6 +43,7 @@ from typing import Any
 from probescope.aggregate.aggregators import EventAggregator
 from probescope.aggregate.keys import KeyPlan
 from probescope.aggregate.records import RecordAggregator
+from probescope.engines.base import EngineOptions
 from probescope.engines.tracefs.decoder import EventDecoder
 from probescope.session import Session
 
@@ -235,7 +236,7 @@ def capture(options: Options, work: Path) -> Captured:
         [f"{binary}:probed x=arg1:s32"],
         engine="tracefs",
         command=pinned([str(binary), str(options.events)], options.cpu),
-        engine_options={"buffer_size_kb": 65536},
+        options=EngineOptions(buffer_size_kb=65536),
     )
     sub_buffers: list[tuple[int, bytes]] = []
     with session:

@@ -43,6 +43,7 @@ from probescope.aggregate.stack_capture import (
 )
 from probescope.aggregate.symbolize import ProcessMaps, Symbolizer
 from probescope.aggregate.values import Scale
+from probescope.engines.base import EngineOptions
 from probescope.engines.launch import GatedCommand
 from probescope.engines.registry import create_engine
 from probescope.errors import ProbescopeError, SpecError
@@ -52,7 +53,7 @@ from probescope.language.parse import Spec
 from probescope.language.resolved import ResolvedProbe
 from probescope.session import Session, Terminated, signals_end_session
 from probescope.symbols.resolve import resolve_specs
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 
 if TYPE_CHECKING:
     from probescope.aggregate.records import RecordAggregator
@@ -114,25 +115,27 @@ class AggregationRun:
         engine: str = "auto",
         pids: Sequence[int] = (),
         command: Sequence[str] | None = None,
-        engine_options: dict[str, Any] | None = None,
+        options: EngineOptions | None = None,
         arch: Arch | None = None,
+        kernel: RunningKernel | None = None,
         kernel_symbols: Any = None,
     ) -> None:
         self.request = request
         self.arch = arch or host_arch()
         self.pids = tuple(pids)
         self.command = tuple(command) if command else None
+        self.kernel = kernel or RunningKernel.read()
         resolved = resolve_specs(
             list(request.specs),
             pid=pids[0] if len(pids) == 1 else None,
             arch=self.arch,
-            grammar=running_kernel_grammar(),
+            grammar=self.kernel.grammar,
         )
         if not resolved:
             raise AggregationError("no probes to aggregate", hint="give at least one probe spec")
         self.fields = self._key_fields(resolved)
         self.plan = KeyPlan(self.fields)
-        self.engine_name = create_engine(engine, resolved).name
+        self.engine_name = create_engine(engine, resolved, kernel=self.kernel).name
         self.stack_options = StackOptions(
             method=request.stack_method,
             kernel_user_walk=(
@@ -149,15 +152,11 @@ class AggregationRun:
             for p in self.probes
             if isinstance(p.spec, ProbeSpec)
         }
-        options = dict(engine_options or {})
-        if self.engine_name == "tracefs":
-            options["kernel_stack_trace"] = "kstack" in self.fields
-            options["user_stack_trace"] = (
-                "ustack" in self.fields and self.stack_options.kernel_user_walk
-            )
-        else:
-            options = {}  # the tracefs engine's settings mean nothing to the others
-        self.engine_options = options
+        self.options = replace(
+            options or EngineOptions(),
+            kernel_stack_trace="kstack" in self.fields,
+            user_stack_trace="ustack" in self.fields and self.stack_options.kernel_user_walk,
+        )
         # With the tracefs engine, stacks of a command are symbolized from maps the keeper
         # copies at its exec and exit, so the run starts the command itself, gated.
         self.owns_command = (
@@ -165,13 +164,7 @@ class AggregationRun:
         )
         self._gate: GatedCommand | None = None
         self._keeper: Any = None  # a MapsKeeper while the run owns the command
-        self.session = Session(
-            probes=self.probes,
-            engine=self.engine_name,
-            pids=pids,
-            command=None if self.owns_command else command,
-            engine_options=options,
-        )
+        self.session = self._session(pids, None if self.owns_command else command)
         needs_kernel = "kstack" in self.fields
         if needs_kernel and kernel_symbols is None:
             from probescope.sinks.kernel_symbols import KernelSymbols
@@ -356,10 +349,10 @@ class AggregationRun:
         `interval`, `on_interval(values)` gets the values of each interval (then cleared);
         the return value is the last (partial) interval's."""
         aggregator: Aggregator | None = None
-        if interval and self.engine_name == "tracefs":
+        if interval and self.options.read_interval is None:
             # read the ring buffer often enough that each interval gets its own events
-            self.engine_options.setdefault("interval", min(0.1, interval / 4))
-            self.session.engine_options = self.engine_options
+            self.options = replace(self.options, read_interval=min(0.1, interval / 4))
+            self.session.options = self.options
         with contextlib.ExitStack() as stack:
             stack.callback(self._end_command)
             stack.callback(lambda: self.session.close())
@@ -369,8 +362,7 @@ class AggregationRun:
                     self._start_session()
                     self._started = time.monotonic()
                     self._start_watcher()
-                    gc.freeze()
-                    gc.set_threshold(100_000, 50, 1000)
+                    stack.enter_context(_collector_quiet())
                     aggregator = self._aggregator_used = self._aggregator()
                     deadline = None if duration is None else self._started + duration
                     next_interval = None if interval is None else self._started + interval
@@ -433,7 +425,7 @@ class AggregationRun:
     def summary(self) -> RunSummary:
         summary = self.session.summary(self.reason)
         stats = summary.stats
-        status = stats.extra.get("command_status") if stats else None
+        status = summary.command_status
         if self._gate is not None:
             status = self._gate.returncode
         return RunSummary(
@@ -445,6 +437,16 @@ class AggregationRun:
             fast_path=self.fast_path,
             notes=(list(stats.notes) if stats else []) + self._notes,
             command_status=status,
+        )
+
+    def _session(self, pids: Sequence[int], command: Sequence[str] | None) -> Session:
+        return Session(
+            probes=self.probes,
+            engine=self.engine_name,
+            pids=pids,
+            command=command,
+            options=self.options,
+            kernel=self.kernel,
         )
 
     def _start_session(self) -> None:
@@ -460,12 +462,7 @@ class AggregationRun:
             self._keeper = MapsKeeper(self.maps.add_text)
             if not self._keeper.start(pid):
                 self._keeper = None
-            self.session = Session(
-                probes=self.probes,
-                engine=self.engine_name,
-                pids=[pid],
-                engine_options=self.engine_options,
-            )
+            self.session = self._session([pid], None)
             self.session.start()
             gate.release()
         except BaseException:
@@ -501,6 +498,20 @@ class AggregationRun:
             self._watcher.stop()
             self._watcher = None
 
+
+
+@contextlib.contextmanager
+def _collector_quiet() -> Iterator[None]:
+    """Keep the cyclic collector from rescanning the objects a busy run allocates (values and
+    events hold no cycles), and give the caller its settings back afterwards."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 def _event_name(probe: ResolvedProbe) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import operator
 import signal
 import time
@@ -14,15 +15,16 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any
 
-from probescope.engines.base import Engine, EngineStats, Target
+from probescope.engines.base import Engine, EngineOptions, EngineStats, Target
 from probescope.engines.registry import create_engine
 from probescope.errors import ProbescopeError
 from probescope.events import Event, EventBatch
 from probescope.language.arch import Arch
 from probescope.language.parse import Spec
 from probescope.language.resolved import ResolvedProbe
+from probescope.sinks.base import Sink
 from probescope.symbols.resolve import resolve_specs
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 
 _TYPE = operator.attrgetter("type")
 
@@ -65,6 +67,20 @@ def signals_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextlib.contextmanager
+def _collector_quiet() -> Iterator[None]:
+    """Events hold no reference cycles: while a session streams, keep the cyclic collector from
+    rescanning the millions of objects a busy trace allocates (it halves decode speed)."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
 @dataclass
 class Summary:
     """What a session saw, for the report printed at its end."""
@@ -81,20 +97,40 @@ class Summary:
     def total(self) -> int:
         return sum(self.hits.values())
 
+    @property
+    def command_status(self) -> int | None:
+        """Exit code of the command the session started, once it ended (negative: killed by
+        that signal)."""
+        return self.stats.command_status if self.stats else None
+
+    def exit_status(self) -> int:
+        """What `probescope trace` exits with: like strace, the command's own status when it ran
+        to its end (128+N when signal N killed it), else 0."""
+        status = self.command_status
+        if self.reason != "end" or status is None:
+            return 0
+        return status if status >= 0 else 128 - status
+
 
 Handler = Callable[[Any], Any]
 
 
 class Session:
-    """A tracing session.
+    """A tracing session: specs resolved to probes, an engine attached, its events streamed.
 
         with Session(["bash:readline", "r:bash:readline line=+0($retval):string"]) as s:
             for event in s.events(duration=5):
                 print(event.name, event.args)
 
+    or, writing to sinks until the end with teardown and signals handled:
+
+        summary = Session(["c:malloc"], command=["ls"]).run([open_sink("text", sys.stdout)])
+
     Specs may be text in either form or parsed values. `engine` is `auto`, `tracefs` or
     `ptrace`; `command` starts a program with the probes already armed (the session ends with
-    it); `pids` traces running processes and the threads and children they create.
+    it); `pids` traces running processes and the threads and children they create. `kernel` is
+    the running kernel as read once (read now when not given); `options` what the engine is
+    asked beyond the probes (clock, ring buffer size, default filter...).
     """
 
     def __init__(
@@ -107,15 +143,17 @@ class Session:
         follow_children: bool = True,
         arch: Arch | None = None,
         probes: Sequence[ResolvedProbe] | None = None,
-        engine_options: dict[str, Any] | None = None,
+        options: EngineOptions | None = None,
+        kernel: RunningKernel | None = None,
     ) -> None:
         if command and pids:
             raise ProbescopeError("give either a command or pids, not both")
+        self.kernel = kernel or RunningKernel.read()
         self._resolve = functools.partial(
             resolve_specs,
             pid=pids[0] if len(pids) == 1 else None,
             arch=arch,
-            grammar=running_kernel_grammar(),
+            grammar=self.kernel.grammar,
         )
         self.probes = list(probes) if probes is not None else self._resolve(specs)
         self.target = Target(
@@ -124,7 +162,7 @@ class Session:
             follow_children=follow_children,
         )
         self.engine_name = engine
-        self.engine_options = engine_options or {}
+        self.options = options or EngineOptions()
         self.engine: Engine | None = None
         self.handlers: list[tuple[str | Spec, Handler]] = []
         self.hits: Counter[str] = Counter()
@@ -143,10 +181,11 @@ class Session:
         if self.engine is not None:
             return self
         engine = create_engine(
-            self.engine_name if not self.handlers else self._handler_engine(), self.probes
+            self.engine_name if not self.handlers else self._handler_engine(),
+            self.probes,
+            options=self.options,
+            kernel=self.kernel,
         )
-        for option, value in self.engine_options.items():
-            setattr(engine, option, value)
         if self.handlers:
             self._register_handlers(engine)
         if not self.probes:
@@ -223,6 +262,43 @@ class Session:
             if deadline is not None and time.monotonic() >= deadline:
                 self.end_reason = "duration"
                 return
+
+    def run(
+        self,
+        sinks: Sequence[Sink] = (),
+        *,
+        duration: float | None = None,
+        count: int | None = None,
+    ) -> Summary:
+        """Attach, stream every batch into `sinks` until the target ends, `duration` seconds
+        pass, `count` events arrived, Ctrl-C, SIGTERM or SIGHUP; then close the sinks, detach
+        and return the summary (its `reason` says which end it was). Teardown runs on every
+        exit path, exceptions from a sink included."""
+        reason = "end"
+        try:
+            with signals_end_session(), _collector_quiet():
+                try:
+                    self.start()
+                    for batch in self.batches(duration=duration, count=count):
+                        if batch.events or batch.lost:
+                            for sink in sinks:
+                                sink.write_batch(batch)
+                                sink.flush()
+                    reason = self.end_reason
+                except KeyboardInterrupt:
+                    reason = "interrupted"
+                except Terminated as signal_end:
+                    reason = signal_end.message
+                finally:
+                    try:
+                        for sink in sinks:
+                            with contextlib.suppress(BrokenPipeError):
+                                sink.close()
+                    finally:
+                        self.close()
+        finally:
+            self.close()
+        return self.summary(reason)
 
     def close(self) -> None:
         """Detach the engine and restore everything it changed. Idempotent."""

@@ -45,6 +45,48 @@ def test_bad_spec_exits_2_with_a_caret(loop: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def caret_under(stderr: str, spec: str) -> list[str]:
+    """For each `error:` block of one spec, the text from its caret on."""
+    lines = stderr.splitlines()
+    found = []
+    for i, line in enumerate(lines[:-2]):
+        if line.startswith("error: ") and lines[i + 1] == f"  {spec}" and "^" in lines[i + 2]:
+            found.append(spec[lines[i + 2].index("^") - 2 :])
+    return found
+
+
+def test_a_friendly_argument_error_points_at_what_the_user_typed() -> None:
+    result = probescope("resolve", "c:malloc size=arg1:u65")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: unknown type 'u65'\n")
+    assert caret_under(result.stderr, "c:malloc size=arg1:u65") == ["u65"]
+    assert "%di" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_argument_error_is_reported_even_when_the_binary_does_not_exist() -> None:
+    spec = "nosuchlib:malloc size=(arg1"
+    result = probescope("resolve", spec)
+    assert result.returncode == 2
+    assert result.stderr.count("error: ") == 2
+    assert "error: invalid fetch argument '(arg1'" in result.stderr
+    assert "nosuchlib" in result.stderr.split("\n", 3)[3]  # the missing binary, after it
+    assert caret_under(result.stderr, spec) == ["(arg1", spec]
+
+
+def test_lowering_errors_point_at_the_users_argument(loop: Path) -> None:
+    from unit.symbols.symbol_programs import objdump_instructions
+
+    first, second = objdump_instructions(loop, "func_1")[:2]
+    inside = f"{loop}:func_1+{second - first} x=+8(arg9):u32"
+    entry = f"{loop}:func_1 n=+0(retval):s32"
+    result = probescope("resolve", inside, entry)
+    assert result.returncode == 2
+    assert "arg9 is passed on the stack" in result.stderr
+    assert "retval is only available in a return probe" in result.stderr
+    assert caret_under(result.stderr, inside) == ["arg9):u32"]
+    assert caret_under(result.stderr, entry) == ["retval):s32"]
+
+
 def test_unknown_symbol_names_close_ones(loop: Path) -> None:
     result = probescope("resolve", f"{loop}:func_3")
     assert result.returncode == 2

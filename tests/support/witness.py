@@ -8,15 +8,15 @@ import re
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
+from probescope.engines.base import EngineOptions
 from probescope.engines.tracefs.engine import TracefsEngine
 from probescope.engines.tracefs.instance import Instance
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.session import Session
 from probescope.sinks.base import open_sink
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 
 _TIMESTAMP = re.compile(r"(?<= )\d+\.\d{6}(?=: )")
 _NEED_RESCHED = re.compile(r"(?<=\] )(.)[.NnpBLbl](?=\S{3} )")
@@ -102,7 +102,7 @@ def witness(
     instance = Instance.create(Tracefs.discover(), Owner.current().instance_name(serial))
     try:
         instance.set_clock(clock)
-        if instance.exists("options/hash-ptr") and running_kernel_grammar().release >= (6, 2):
+        if instance.exists("options/hash-ptr") and RunningKernel.read().grammar.release >= (6, 2):
             # Real pointers for %p, as probescope prints them. Not on 6.1: there `hash-ptr` off
             # makes `trace` print every %s of a print fmt as an empty string.
             instance.set_option("hash-ptr", False)
@@ -120,15 +120,15 @@ def record_both(
     *,
     serial: int,
     clock: str = "mono",
-    engine_options: dict[str, Any] | None = None,
+    function_stack: bool = False,
 ) -> tuple[list[str], list[str]]:
     """Run `argv` (it must wait for a line on stdin before doing its work) under a session of
     `specs` and, armed by `arm_witness`, a witness instance; return (our text lines, the
     kernel's lines from the witness's `trace`)."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     assert proc.stdin is not None
-    options = {"clock": clock, **(engine_options or {})}
-    session = Session(specs, engine="tracefs", pids=[proc.pid], engine_options=options)
+    options = EngineOptions(clock=clock, function_stack=function_stack)
+    session = Session(specs, engine="tracefs", pids=[proc.pid], options=options)
     out = io.BytesIO()
     sink = open_sink("text", out)
     try:

@@ -72,7 +72,7 @@ def run_aggregation(args: argparse.Namespace, request: Request) -> int:
         engine=args.engine,
         pids=args.pid,
         command=command,
-        engine_options=engine_options(args),
+        options=engine_options(args),
     )
     output = getattr(args, "output", None)
     stack_format = stack_format_of(output) if output else None

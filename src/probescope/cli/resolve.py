@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from probescope.symbols.resolve import resolve_specs
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for probe in resolve_specs(args.specs, pid=args.pid, grammar=running_kernel_grammar()):
+    for probe in resolve_specs(args.specs, pid=args.pid, grammar=RunningKernel.read().grammar):
         print(probe.spec.definition())
         if args.verbose:
             where = probe.label

@@ -5,14 +5,12 @@ aggregation commands share them without importing what only `trace` prints with.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
+from probescope.engines.base import EngineOptions
 from probescope.engines.registry import ENGINE_CHOICES
 
 
 def add_session_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of every command that runs a session: specs, what to trace, how long,
-    which engine and its settings (trace, count, hist, latency, stacks)."""
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
     target = parser.add_mutually_exclusive_group()
     target.add_argument(
@@ -48,16 +46,12 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
 
 
-def engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The tracefs engine's settings from the session options (none for other engines)."""
-    if args.engine not in ("auto", "tracefs"):
-        return {}
-    options: dict[str, Any] = {
-        "clock": args.clock,
-        "default_filter": args.filter,
-        "allow_all_functions": args.all,
-        "function_stack": getattr(args, "stack", False),
-    }
-    if args.buffer_size:
-        options["buffer_size_kb"] = args.buffer_size
-    return options
+def engine_options(args: argparse.Namespace) -> EngineOptions:
+    """The engine options the session arguments ask for (`--stack` only where a command has it)."""
+    return EngineOptions(
+        clock=args.clock,
+        buffer_size_kb=args.buffer_size,
+        default_filter=args.filter,
+        allow_all_functions=args.all,
+        function_stack=getattr(args, "stack", False),
+    )

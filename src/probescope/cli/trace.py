@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import shlex
 import sys
 from typing import IO, Any
@@ -14,10 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from probescope.cli.session_options import add_session_arguments, engine_options
-from probescope.session import Session, Summary, Terminated, signals_end_session
+from probescope.session import Session, Summary
 from probescope.sinks.base import open_sink, output_formats
 from probescope.symbols.resolve import resolve_specs
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,20 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    kernel = RunningKernel.read()
     if args.dry_run:
         for probe in resolve_specs(
-            args.specs,
-            pid=args.pid[0] if len(args.pid) == 1 else None,
-            grammar=running_kernel_grammar(),
+            args.specs, pid=args.pid[0] if len(args.pid) == 1 else None, grammar=kernel.grammar
         ):
             print(probe.spec.definition())
         return 0
-    command = shlex.split(args.command) if args.command else None
-    options = engine_options(args)
     session = Session(
-        args.specs, engine=args.engine, pids=args.pid, command=command, engine_options=options
+        args.specs,
+        engine=args.engine,
+        pids=args.pid,
+        command=shlex.split(args.command) if args.command else None,
+        options=engine_options(args),
+        kernel=kernel,
     )
-    reason = "end"
     with contextlib.ExitStack() as stack:
         stream: IO[Any] = sys.stdout
         if args.output:
@@ -60,48 +60,22 @@ def run(args: argparse.Namespace) -> int:
         prepare = getattr(sink, "prepare", None)
         if prepare is not None:
             prepare({probe.kind for probe in session.probes})
-        try:
-            with signals_end_session():
-                try:
-                    session.start()
-                    # Events hold no reference cycles: keep the collector from rescanning
-                    # the millions of objects a busy trace allocates (it halves decode speed).
-                    gc.freeze()
-                    gc.set_threshold(100_000, 50, 1000)
-                    for batch in session.batches(duration=args.duration, count=args.count):
-                        if batch.events or batch.lost:
-                            sink.write_batch(batch)
-                            stream.flush()
-                    reason = session.end_reason
-                except KeyboardInterrupt:
-                    reason = "interrupted"
-                except Terminated as signal_end:
-                    reason = signal_end.message
-                finally:
-                    with contextlib.suppress(BrokenPipeError):
-                        sink.close()
-                    session.close()
-        finally:
-            session.close()
-    summary = session.summary(reason)
+        summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
         print_summary(summary, sys.stderr)
-    status = summary.stats.extra.get("command_status") if summary.stats else None
-    if reason == "end" and status is not None:
-        # Like strace: a command that ran to its end gives its exit status (128+N: signal N).
-        return status if status >= 0 else 128 - status
-    return 0
+    return summary.exit_status()
 
 
 def print_summary(summary: Summary, stream: IO[str]) -> None:
     console = Console(file=stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
-    kernel_hits = summary.stats.hits if summary.stats and summary.engine == "tracefs" else {}
+    hits_title = summary.stats.hits_title if summary.stats else None
+    kernel_hits = summary.stats.hits if summary.stats and hits_title else {}
     misses = summary.stats.misses if summary.stats else {}
     table.add_column("event")
     table.add_column("hits", justify="right")
-    if kernel_hits:
-        table.add_column("kernel hits (all processes)", justify="right")
+    if hits_title and kernel_hits:
+        table.add_column(hits_title, justify="right")
     if misses:
         table.add_column("misses", justify="right")
     for name in sorted(set(summary.hits) | set(kernel_hits)):
@@ -124,6 +98,5 @@ def print_summary(summary: Summary, stream: IO[str]) -> None:
     if summary.stats:
         for note in summary.stats.notes:
             console.print(f"note: {note}")
-        status = summary.stats.extra.get("command_status")
-        if status is not None:
-            console.print(f"command exited with status {status}")
+    if summary.command_status is not None:
+        console.print(f"command exited with status {summary.command_status}")

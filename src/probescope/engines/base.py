@@ -36,18 +36,52 @@ class Target:
         return self.command is None and not self.pids
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """What a session asks of its engine beyond probes and target.
+
+    `clock`: the trace clock (`mono` = CLOCK_MONOTONIC); `buffer_size_kb`: ring buffer per CPU;
+    `default_filter`: the filter of every tracepoint given without its own `if`;
+    `allow_all_functions`: let a function-tracer pattern select every kernel function;
+    `function_stack`: record the kernel stack with every function-tracer event;
+    `kernel_stack_trace` / `user_stack_trace`: a kernel / user stack record after every event
+    (tracefs `options/stacktrace`, `options/userstacktrace`); `read_interval`: how often the
+    engine polls its buffers, in seconds (None: its own default). An engine whose mechanism has
+    no such knob (a ring buffer size means nothing to ptrace) ignores it.
+    """
+
+    clock: str = "mono"
+    buffer_size_kb: int | None = None
+    default_filter: str | None = None
+    allow_all_functions: bool = False
+    function_stack: bool = False
+    kernel_stack_trace: bool = False
+    user_stack_trace: bool = False
+    read_interval: float | None = None
+
+
 @dataclass
 class EngineStats:
-    """Counters an engine reports at the end (and on demand)."""
+    """Counters an engine reports at the end (and on demand).
 
-    hits: dict[str, int] = field(default_factory=dict)  # by "group/event"
+    `hits` are by "group/event" as the mechanism counts them; `hits_title` names them when they
+    are not simply the events delivered (the kernel's uprobe_profile counts hits in every process:
+    "kernel hits (all processes)"), and is None when they are. `command_status` is the exit code of
+    the command the engine started, once it ended (negative: killed by that signal).
+    """
+
+    hits: dict[str, int] = field(default_factory=dict)
     lost: int = 0
     misses: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extra: dict[str, int] = field(default_factory=dict)
+    hits_title: str | None = None
+    command_status: int | None = None
 
 
 class Engine(Protocol):
+    """An engine is built as `factory(options=EngineOptions, kernel=RunningKernel)`."""
+
     name: str
 
     def available(self) -> Availability: ...

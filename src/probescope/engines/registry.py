@@ -6,10 +6,11 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from probescope.engines.base import Availability, Engine
+from probescope.engines.base import Availability, Engine, EngineOptions
 from probescope.errors import EngineUnavailable
 from probescope.language.model import ProbeKind
 from probescope.language.resolved import ResolvedProbe
+from probescope.system.kernel import RunningKernel
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,8 @@ class EngineEntry:
     kinds: frozenset[ProbeKind]
     summary: str
 
-    def load(self) -> Callable[[], Engine]:
+    def load(self) -> Callable[..., Engine]:
+        """The engine's factory: `factory(options=EngineOptions(), kernel=RunningKernel)`."""
         module = importlib.import_module(self.module)
         return getattr(module, self.factory)  # type: ignore[no-any-return]
 
@@ -55,17 +57,25 @@ BY_NAME = {entry.name: entry for entry in ENGINES}
 ENGINE_CHOICES = ("auto", *BY_NAME)
 
 
-def availability(entry: EngineEntry) -> Availability:
+def availability(entry: EngineEntry, kernel: RunningKernel | None = None) -> Availability:
     try:
-        engine = entry.load()()
+        engine = entry.load()(kernel=kernel or RunningKernel.read())
     except ImportError as error:
         return Availability(False, f"not installed: {error}")
     return engine.available()
 
 
-def create_engine(name: str, probes: Sequence[ResolvedProbe] = ()) -> Engine:
+def create_engine(
+    name: str,
+    probes: Sequence[ResolvedProbe] = (),
+    *,
+    options: EngineOptions | None = None,
+    kernel: RunningKernel | None = None,
+) -> Engine:
     """The engine `name`, or for `auto` the first that can run here and handles every probe."""
     kinds = {probe.kind for probe in probes}
+    kernel = kernel or RunningKernel.read()
+    options = options or EngineOptions()
     if name != "auto":
         entry = BY_NAME[name]
         unsupported = kinds - entry.kinds
@@ -74,7 +84,7 @@ def create_engine(name: str, probes: Sequence[ResolvedProbe] = ()) -> Engine:
                 f"the {name} engine cannot run {', '.join(sorted(unsupported))} probes",
                 hint="choose another --engine",
             )
-        engine = entry.load()()
+        engine = entry.load()(options=options, kernel=kernel)
         state = engine.available()
         if not state.ok:
             raise EngineUnavailable(
@@ -89,7 +99,7 @@ def create_engine(name: str, probes: Sequence[ResolvedProbe] = ()) -> Engine:
             )
             continue
         try:
-            engine = entry.load()()
+            engine = entry.load()(options=options, kernel=kernel)
         except ImportError as error:
             reasons.append(f"{entry.name}: {error}")
             continue

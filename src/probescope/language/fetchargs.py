@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probescope.errors import SpecError
+from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import X86_64_REGISTER_ALIASES, Arch
+from probescope.language.fetch_types import TYPE_NAMES, parse_bitfield, parse_type
 from probescope.language.kernel_features import KernelGrammar
 from probescope.language.kernel_numbers import (
     is_ascii_digit,
@@ -17,9 +18,9 @@ from probescope.language.kernel_numbers import (
     kstrtol,
     kstrtouint,
     kstrtoul,
-    simple_strtoul,
 )
 from probescope.language.model import (
+    AbiArgument,
     ArgType,
     Comm,
     Dereference,
@@ -27,6 +28,8 @@ from probescope.language.model import (
     Fetch,
     FetchArg,
     FileOffset,
+    FriendlyReturnValue,
+    FriendlyVariable,
     FunctionArg,
     Immediate,
     ImmediateString,
@@ -36,6 +39,7 @@ from probescope.language.model import (
     ReturnValue,
     StackEntry,
     StackPointer,
+    innermost,
 )
 
 MAX_ARG_NAME_LEN = 32
@@ -57,18 +61,6 @@ RESERVED_FIELD_NAMES = frozenset(
     }
 )
 
-_BASIC_TYPES: dict[str, tuple[int, bool]] = {
-    **{f"u{b}": (b // 8, False) for b in (8, 16, 32, 64)},
-    **{f"s{b}": (b // 8, True) for b in (8, 16, 32, 64)},
-    **{f"x{b}": (b // 8, False) for b in (8, 16, 32, 64)},
-    "char": (1, False),
-    "symbol": (8, False),
-    "string": (4, False),
-    "ustring": (4, False),
-    "symstr": (4, False),
-}
-TYPE_NAMES = tuple(_BASIC_TYPES)
-
 
 LATEST = KernelGrammar.latest()
 
@@ -83,6 +75,9 @@ class ParseFlags:
     function_entry: bool = False  # TPARG_FL_FENTRY (kprobe on a function's first byte)
     trace_event: bool = False  # TPARG_FL_TEVENT (eprobe)
     grammar: KernelGrammar = LATEST
+    # probescope's friendly form: `argN` and `retval` name the ABI argument and the return
+    # value (AbiArgument, FriendlyReturnValue), lowered once the probe's place is known.
+    friendly: bool = False
 
     @property
     def kernel(self) -> bool:
@@ -120,47 +115,6 @@ class _Context:
         return SpecError(message, spec=self.spec, column=self.column + offset, hint=hint)
 
 
-def parse_type(text: str | None, flags: ParseFlags) -> tuple[str, int, bool] | None:
-    """`find_fetch_type`: (base type name, size, signed) or None when the kernel says BAD_TYPE."""
-    grammar = flags.grammar
-    if (
-        text is not None
-        and flags.user
-        and text in ("symbol", "symstr")
-        and grammar.refuses_symbol_types_on_uprobes
-    ):
-        return None
-    if text is not None and text in _BASIC_TYPES and text not in grammar.types:
-        return None
-    if text is None:
-        text = "x64"
-    if text.startswith("b"):
-        slash = text.find("/")
-        if slash < 0:
-            return None
-        container = kstrtoul(text[slash + 1 :])
-        if container not in (8, 16, 32, 64):
-            return None
-        return f"u{container}", container // 8, False
-    found = _BASIC_TYPES.get(text)
-    return (text, *found) if found else None
-
-
-def _parse_bitfield(text: str, size: int) -> tuple[int, int, int] | None:
-    """`__parse_bitfield_probe_arg`: (width, offset, container bits) or None (BAD_BITFIELD)."""
-    width, n = simple_strtoul(text[1:])
-    rest = text[1 + n :]
-    if width == 0 or rest[:1] != "@":
-        return None
-    offset, m = simple_strtoul(rest[1:])
-    if m == 0 or rest[1 + m : 2 + m] != "/":
-        return None
-    bits = size * 8
-    if bits < width + offset:
-        return None
-    return width, offset, bits
-
-
 def _register_hint(name: str, arch: Arch) -> str | None:
     if arch.name == "x86_64":
         kernel_name = X86_64_REGISTER_ALIASES.get(name)
@@ -183,6 +137,10 @@ class _FetchParser:
         """Returns the fetch and its kernel op class (for the store checks of the caller)."""
         ctx = self.ctx
         flags = ctx.flags
+        if flags.friendly:
+            variable = friendly_variable(arg, ctx.column + offset, user=flags.user)
+            if variable is not None:
+                return self._parse_friendly(variable, offset)
         head = arg[:1]
         if head == "$":
             return self._parse_var(arg, offset)
@@ -226,6 +184,8 @@ class _FetchParser:
                 hint = None
                 if flags.user:
                     hint = "uprobes cannot name variables; fetch registers (%di) or memory"
+                if flags.friendly:
+                    hint = "the friendly form names argN (the ABI's Nth argument) and retval"
                 raise ctx.error(
                     f"{arg!r}: BTF variables are not available on this probe", offset, hint=hint
                 )
@@ -235,7 +195,48 @@ class _FetchParser:
                 offset,
                 hint="use $argN for function arguments",
             )
-        raise ctx.error(f"invalid fetch argument {arg!r}", offset, hint=_FETCHARG_HINT)
+        hint = _FETCHARG_HINT + (", or argN and retval" if flags.friendly else "")
+        raise ctx.error(f"invalid fetch argument {arg!r}", offset, hint=hint)
+
+    def _parse_friendly(self, variable: FriendlyVariable, offset: int) -> tuple[Fetch, str]:
+        """`argN`/`retval`: checked here against what the probe is; lowered later."""
+        ctx = self.ctx
+        flags = ctx.flags
+        if isinstance(variable, FriendlyReturnValue):
+            if not flags.is_return:
+                raise ctx.error(
+                    "retval is only available in a return probe",
+                    offset,
+                    hint="write r:TARGET:SYMBOL or TARGET:SYMBOL%return"
+                    if flags.user
+                    else "write kr:SYMBOL",
+                )
+            return variable, "retval"
+        number = variable.number
+        if number == 0:
+            raise ctx.error("arguments count from arg1", offset)
+        if flags.user:
+            if flags.is_return:
+                raise ctx.error(
+                    f"arg{number} is not available in a return probe: uprobes cannot carry "
+                    "entry arguments to the return",
+                    offset,
+                    hint="add an entry probe on the same function for its arguments",
+                )
+            return variable, "reg"
+        if number > PARAM_MAX_STACK:
+            raise ctx.error(
+                f"invalid argument number in {variable.spelling!r}",
+                offset,
+                hint=f"the kernel reads at most {PARAM_MAX_STACK} arguments",
+            )
+        if not flags.args_available:
+            raise ctx.error(
+                f"{variable.spelling} can be used only on function entry or exit",
+                offset,
+                hint="probe the function itself (no +OFFSET)",
+            )
+        return variable, "arg"
 
     def _parse_var(self, arg: str, offset: int) -> tuple[Fetch, str]:
         ctx = self.ctx
@@ -342,7 +343,7 @@ class _FetchParser:
         deref_offset = kstrtol(text[:paren])
         if deref_offset is None:
             raise ctx.error(f"invalid dereference offset in {arg!r}", offset)
-        inner_offset = offset + paren + 1 + (1 if text[:1] != "-" else 0)
+        inner_offset = offset + arg.find("(") + 1  # counted in `arg`: `text` lost a "u" and "+"
         inner = text[paren + 1 :]
         close = inner.rfind(")")
         if close < 0:
@@ -368,6 +369,18 @@ _FETCHARG_HINT = (
     '+|-OFFS(FETCHARG), \\IMM or \\"STRING"'
 )
 _VARS_HINT = "$-variables are $stack, $stackN, $retval, $comm and (kernel probes) $argN"
+
+
+def friendly_variable(text: str, column: int, *, user: bool) -> FriendlyVariable | None:
+    """`argN` or `retval` (on uprobes also `$argN`/`$retval`, which the kernel has no use for
+    there) as the whole of `text`, which starts at `column` of the spec; else None."""
+    body = text[1:] if user and text[:1] == "$" else text
+    if body == "retval":
+        return FriendlyReturnValue(text, column)
+    digits = body[3:]
+    if body[:3] == "arg" and digits.isascii() and digits.isdigit():
+        return AbiArgument(int(digits), text, column)
+    return None
 
 
 def _immediate(text: str) -> int | None:
@@ -414,6 +427,11 @@ def parse_fetcharg(
     else:
         name = f"arg{index + 1}"
         body = text
+        if flags.friendly:
+            # A bare `arg2`/`retval` names the argument after itself when that name is free.
+            bare = friendly_variable(body.split(":", 1)[0], 0, user=flags.user)
+            if bare is not None and bare.spelling.removeprefix("$") not in used_names:
+                name, named = bare.spelling.removeprefix("$"), True
     if not is_good_name(name):
         raise ctx.error(
             f"argument name {name!r} must follow the rules of C identifiers",
@@ -422,12 +440,10 @@ def parse_fetcharg(
     if name in RESERVED_FIELD_NAMES or name in used_names:
         hint = "give the argument a distinct NAME=" if not named else None
         raise ctx.error(f"argument name {name!r} is already used", hint=hint)
-    body_offset = equals + 1 if named else 0
-    ctx.column = column + body_offset
-    if len(body) > MAX_ARGSTR_LEN:
-        raise ctx.error(
-            f"argument expression is too long ({len(body)} > {MAX_ARGSTR_LEN} characters)"
-        )
+    ctx.column = column + equals + 1  # where the body starts (equals is -1 without a name)
+    # What the kernel gets of a friendly argument is its lowered text: measured by lowering.
+    if len(body) > MAX_ARGSTR_LEN and not flags.friendly:
+        raise _too_long(ctx, body)
     if not body:
         raise ctx.error("no argument expression after '='")
 
@@ -443,14 +459,14 @@ def parse_fetcharg(
                 type_offset,
                 hint=f"write {fetch_text}:string or leave the type out",
             )
-        base = parse_type("string", flags)
+        base = parse_type("string", flags.grammar, user=flags.user)
     else:
-        base = parse_type(type_text, flags)
+        base = parse_type(type_text, flags.grammar, user=flags.user)
     if base is None:
         hint = "types: u8..u64, s8..s64, x8..x64, char, string, ustring, b<w>@<o>/<c>, TYPE[N]"
         if flags.user and type_text in ("symbol", "symstr"):
             hint = "symbol and symstr resolve kernel addresses; they are for kprobes only"
-        elif type_text in _BASIC_TYPES:
+        elif type_text in TYPE_NAMES:
             release = ".".join(map(str, flags.grammar.release))
             hint = f"kernel {release} does not know the type {type_text!r}"
         raise ctx.error(f"unknown type {type_text!r}", type_offset, hint=hint)
@@ -458,6 +474,9 @@ def parse_fetcharg(
 
     parser = _FetchParser(ctx)
     fetch, op = parser.parse(fetch_text, 0)
+    lowered_later = isinstance(innermost(fetch), AbiArgument | FriendlyReturnValue)
+    if flags.friendly and len(body) > MAX_ARGSTR_LEN and not lowered_later:
+        raise _too_long(ctx, body)
     slots = parser.slots
     is_string = base_name in ("string", "ustring", "symstr")
     bitfield = None
@@ -477,13 +496,13 @@ def parse_fetcharg(
             raise ctx.error("dereference is too much nested")
         store = "symstr" if base_name == "symstr" else "string"
     elif op in ("deref", "uderef"):
-        store = "mem"
+        store = "mem" if op == "deref" else "umem"  # FETCH_OP_ST_MEM / FETCH_OP_ST_UMEM
     else:
         if not slots.advance():
             raise ctx.error("dereference is too much nested")
         store = "raw"
     if type_text is not None and type_text.startswith("b"):
-        bitfield = _parse_bitfield(type_text, size)
+        bitfield = parse_bitfield(type_text, size)
         if bitfield is None or not slots.advance():
             raise ctx.error(
                 f"invalid bitfield {type_text!r}",
@@ -492,6 +511,13 @@ def parse_fetcharg(
                 "within the container",
             )
     if count:
+        if store == "umem":
+            raise ctx.error(
+                "arrays are not read through a user-space dereference (+uOFFS)",
+                type_offset,
+                hint="the kernel reads arrays with ST_MEM only: write +OFFS(...) (uprobes read "
+                "user memory with it too)",
+            )
         if store not in ("mem", "string"):
             raise ctx.error(
                 "arrays need a memory fetch",
@@ -509,7 +535,50 @@ def parse_fetcharg(
         bitfield=bitfield,
         count=count,
     )
-    return FetchArg(name=name, fetch=fetch, type=arg_type, expression=body, named=named)
+    return FetchArg(
+        name=name,
+        fetch=fetch,
+        type=arg_type,
+        expression=body,
+        named=named,
+        column=ctx.column,
+    )
+
+
+def _too_long(ctx: _Context, body: str) -> SpecError:
+    return ctx.error(f"argument expression is too long ({len(body)} > {MAX_ARGSTR_LEN} characters)")
+
+
+def parse_fetchargs(
+    text: str, words: list[tuple[int, str]], *, flags: ParseFlags, arch: Arch
+) -> tuple[tuple[FetchArg, ...], list[SpecError]]:
+    """Every `[NAME=]FETCHARG[:TYPE]` of one probe (`words` with their columns in `text`): the
+    arguments that parsed, and the problems of the others (collect, then fail)."""
+    args: list[FetchArg] = []
+    errors: list[SpecError] = []
+    used: set[str] = set()
+    for index, (column, word) in enumerate(words):
+        try:
+            arg = parse_fetcharg(
+                word,
+                index,
+                flags=flags,
+                arch=arch,
+                spec=text,
+                column=column,
+                used_names=frozenset(used),
+            )
+        except SpecErrors as many:
+            errors += many.errors
+        except SpecError as error:
+            errors.append(error)
+        else:
+            used.add(arg.name)
+            args.append(arg)
+            continue
+        equals = word.find("=")
+        used.add(word[:equals] if equals > 0 else f"arg{index + 1}")
+    return tuple(args), errors
 
 
 def _split_type(body: str, ctx: _Context) -> tuple[str, str | None, int]:

@@ -1,42 +1,32 @@
 """The friendly form: `[p|r][:GRP/EV] TARGET:SYMBOL[+OFF][%return] [ARGS]`.
 
 A friendly probe names a function instead of a file offset and may use `argN` (the ABI's Nth
-integer argument) and `retval` in its arguments. Parsing here is pure text; `symbols.resolve`
-turns a FriendlyProbe into kernel-grammar ProbeSpecs, and nothing downstream sees this form.
+integer argument) and `retval` in its arguments. Everything is parsed here, arguments included
+(into the FetchArg AST, `argN` and `retval` as AbiArgument and FriendlyReturnValue nodes that
+keep their columns); `symbols.resolve` locates the target and lowers the arguments
+(language/lowering.py) into kernel-grammar ProbeSpecs, and nothing downstream sees this form.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from probescope.errors import SpecError
+from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import Arch
-from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
+from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetchargs
 from probescope.language.kernel_features import KernelGrammar
-from probescope.language.kernel_grammar import (
-    check_definition_text,
-    split_words,
-)
-from probescope.language.kernel_numbers import is_good_name, kstrtoul
+from probescope.language.kernel_numbers import kstrtoul
 from probescope.language.kinds import BY_ALIAS
+from probescope.language.lowering import Place, lower_fetchargs
 from probescope.language.model import FetchArg, ProbeKind
-
-_FRIENDLY_VARIABLE = re.compile(r"(?<![\w$%@\\])\$?(arg(\d+)|retval)(?![\w])")
-MAX_EVENT_LEN = 63
-
-
-@dataclass(frozen=True)
-class FriendlyArg:
-    """One argument as written: `[NAME=]EXPR[:TYPE]`, EXPR may use argN and retval."""
-
-    text: str
-    column: int
 
 
 @dataclass(frozen=True)
 class FriendlyProbe:
-    """A probe on a named function (or a raw offset) of a target still to be located."""
+    """A probe on a named function (or a raw offset) of a target still to be located.
+
+    `args` are parsed and checked; their `argN`/`retval` are lowered once the place is known.
+    """
 
     kind: ProbeKind
     target: str
@@ -44,7 +34,7 @@ class FriendlyProbe:
     offset: int
     group: str | None
     event: str | None
-    args: tuple[FriendlyArg, ...]
+    args: tuple[FetchArg, ...]
     source: str
     target_column: int
     symbol_column: int
@@ -76,8 +66,16 @@ def parse_friendly(
     location: str,
     location_column: int,
     args: list[tuple[int, str]],
+    arch: Arch,
+    grammar: KernelGrammar = LATEST,
+    diagnostics: list[SpecError] | None = None,
 ) -> FriendlyProbe:
-    """Parse the location and args of a friendly probe whose head is already known."""
+    """Parse the location and args of a friendly probe whose head is already known.
+
+    Errors in the arguments are collected; with `diagnostics` they are appended there and the
+    probe comes back with the arguments that parsed (so that its target can still be checked),
+    without it they are raised.
+    """
     split = split_target(location)
     if split is None:
         raise SpecError(
@@ -146,109 +144,41 @@ def parse_friendly(
         )
     if len(args) > MAX_TRACE_ARGS:
         raise SpecError("too many arguments", spec=text, column=args[MAX_TRACE_ARGS][0])
-    probe_kind = ProbeKind.URETPROBE if is_return else ProbeKind.UPROBE
+    flags = ParseFlags(user=True, is_return=is_return, grammar=grammar, friendly=True)
+    parsed, errors = parse_fetchargs(text, args, flags=flags, arch=arch)
+    if errors and diagnostics is None:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
+    if diagnostics is not None:
+        diagnostics += errors
     return FriendlyProbe(
-        kind=probe_kind,
+        kind=ProbeKind.URETPROBE if is_return else ProbeKind.UPROBE,
         target=target,
         symbol=symbol,
         offset=offset,
         group=group,
         event=event,
-        args=tuple(FriendlyArg(word, column) for column, word in args),
+        args=parsed,
         source=text,
         target_column=location_column,
         symbol_column=place_column,
     )
 
 
-def lower_args(
-    probe: FriendlyProbe, arch: Arch, *, on_entry: bool, grammar: KernelGrammar = LATEST
-) -> tuple[FetchArg, ...]:
-    """Translate friendly args into kernel fetchargs for a uprobe on `arch`.
-
-    `argN` becomes the ABI register (or `$stackK` past the register args, at function entry
-    only), `retval` becomes `$retval`; a bare `argN`/`retval` also names the argument.
-    """
-    lowered: list[FetchArg] = []
-    used: set[str] = set()
-    flags = ParseFlags(user=True, is_return=probe.is_return, grammar=grammar)
-    for index, arg in enumerate(probe.args):
-        kernel_text, name = _lower_one(probe, arg, arch, on_entry=on_entry, index=index)
-        if name is not None and "=" not in arg.text and name not in used:
-            kernel_text = f"{name}={kernel_text}"
-        fetcharg = parse_fetcharg(
-            kernel_text,
-            index,
-            flags=flags,
-            arch=arch,
-            spec=kernel_text,
-            column=0,
-            used_names=frozenset(used),
-        )
-        used.add(fetcharg.name)
-        lowered.append(fetcharg)
-    return tuple(lowered)
+def lower_args(probe: FriendlyProbe, arch: Arch, *, on_entry: bool) -> tuple[FetchArg, ...]:
+    """The probe's arguments as a uprobe on `arch` fetches them (see language/lowering.py);
+    `on_entry`: the probe sits on the function's first instruction."""
+    place = Place(arch=arch, user=True, on_entry=on_entry)
+    return lower_fetchargs(probe.args, place, spec=probe.source)
 
 
-def _lower_one(
-    probe: FriendlyProbe, arg: FriendlyArg, arch: Arch, *, on_entry: bool, index: int
-) -> tuple[str, str | None]:
-    text = arg.text
-    equals = text.find("=")
-    prefix, body = (text[: equals + 1], text[equals + 1 :]) if equals >= 0 else ("", text)
-    if body.startswith('\\"'):
-        return text, None
-    colon = body.find(":")
-    fetch, type_suffix = (body[:colon], body[colon:]) if colon >= 0 else (body, "")
-    body_column = arg.column + len(prefix)
-    implicit_name = None
-    bare = _FRIENDLY_VARIABLE.fullmatch(fetch)
-    if bare and not prefix:
-        implicit_name = bare.group(1)
-
-    def substitute(match: re.Match[str]) -> str:
-        column = body_column + match.start()
-        if match.group(1) == "retval":
-            if not probe.is_return:
-                raise SpecError(
-                    "retval is only available in a return probe",
-                    spec=probe.source,
-                    column=column,
-                    hint="write r:TARGET:SYMBOL or TARGET:SYMBOL%return",
-                )
-            return "$retval"
-        number = int(match.group(2))
-        if number == 0:
-            raise SpecError("arguments count from arg1", spec=probe.source, column=column)
-        if probe.is_return:
-            raise SpecError(
-                f"arg{number} is not available in a return probe: uprobes cannot carry entry "
-                "arguments to the return",
-                spec=probe.source,
-                column=column,
-                hint="add an entry probe on the same function for its arguments",
-            )
-        register = arch.arg_register(number)
-        if register is not None:
-            return f"%{register}"
-        if not on_entry:
-            raise SpecError(
-                f"arg{number} is passed on the stack and can only be read at the function's "
-                "first instruction",
-                spec=probe.source,
-                column=column,
-            )
-        # At entry x86_64 has the return address at $stack0; arm64 keeps it in lr.
-        slot = number - len(arch.arg_registers) - (0 if arch.name == "x86_64" else 1)
-        return f"$stack{slot}"
-
-    lowered = _FRIENDLY_VARIABLE.sub(substitute, fetch)
-    if implicit_name is not None and not is_good_name(implicit_name):
-        implicit_name = None
-    return prefix + lowered + type_suffix, implicit_name
-
-
-def parse_friendly_words(text: str, words: list[tuple[int, str]]) -> FriendlyProbe:
+def parse_friendly_words(
+    text: str,
+    words: list[tuple[int, str]],
+    *,
+    arch: Arch,
+    grammar: KernelGrammar = LATEST,
+    diagnostics: list[SpecError] | None = None,
+) -> FriendlyProbe:
     """The friendly form when its first word is the location (`bash:readline`,
     `r:bash:readline`, `uprobe:c:malloc`)."""
     column, first = words[0]
@@ -269,29 +199,7 @@ def parse_friendly_words(text: str, words: list[tuple[int, str]]) -> FriendlyPro
         location=location,
         location_column=location_column,
         args=words[1:],
+        arch=arch,
+        grammar=grammar,
+        diagnostics=diagnostics,
     )
-
-
-def event_name_for(symbol: str, offset: int, is_return: bool) -> str:
-    """A tracefs-legal event name for a probe on `symbol+offset` (perf-probe style)."""
-    base = symbol.split("@", 1)[0]
-    name = re.sub(r"[^A-Za-z0-9_]", "_", base) or "probe"
-    if name[0].isdigit():
-        name = "_" + name
-    if offset:
-        name += f"_{offset}"
-    suffix = "__return" if is_return else ""
-    return name[: MAX_EVENT_LEN - len(suffix)] + suffix
-
-
-__all__ = [
-    "FriendlyArg",
-    "FriendlyProbe",
-    "check_definition_text",
-    "event_name_for",
-    "lower_args",
-    "parse_friendly",
-    "parse_friendly_words",
-    "split_target",
-    "split_words",
-]

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import Arch, host_arch
-from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetcharg
+from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetchargs
 from probescope.language.kernel_features import KernelGrammar
 from probescope.language.kernel_numbers import (
     UINT_MAX,
@@ -241,30 +241,10 @@ def _check_arg_count(text: str, words: Words) -> None:
 
 
 def _parse_args(text: str, words: Words, flags: ParseFlags, arch: Arch) -> tuple[FetchArg, ...]:
-    args: list[FetchArg] = []
-    errors: list[SpecError] = []
-    used: set[str] = set()
-    for index, (column, word) in enumerate(words):
-        try:
-            arg = parse_fetcharg(
-                word,
-                index,
-                flags=flags,
-                arch=arch,
-                spec=text,
-                column=column,
-                used_names=frozenset(used),
-            )
-        except SpecError as error:
-            errors.append(error)
-            equals = word.find("=")
-            used.add(word[:equals] if equals > 0 else f"arg{index + 1}")
-            continue
-        used.add(arg.name)
-        args.append(arg)
+    args, errors = parse_fetchargs(text, words, flags=flags, arch=arch)
     if errors:
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)
-    return tuple(args)
+    return args
 
 
 def _parse_uprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -> ProbeSpec:
@@ -373,51 +353,9 @@ def _parse_kprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -
                 column=head_column + 1,
             )
     column, place = words[1]
-    address = kstrtoul(place)
-    location: KprobeLocation
-    function_entry = False
-    if address is None:
-        if "/" in place and ":" in place:
-            raise _NotThisType
-        symbol = place
-        percent = symbol.find("%")
-        if percent >= 0:
-            if symbol[percent:] != "%return":
-                raise SpecError(
-                    f"invalid probe address suffix {symbol[percent:]!r}",
-                    spec=text,
-                    column=column + percent,
-                    hint="the only suffix is %return",
-                )
-            is_return = True
-            symbol = symbol[:percent]
-        split = next((i for i, c in enumerate(symbol) if c in "+-"), -1)
-        sym_offset: int | None = 0
-        if split >= 0:
-            sym_offset = kstrtol(symbol[split:])
-            symbol = symbol[:split]
-        if sym_offset is None or sym_offset < 0 or sym_offset > UINT_MAX or not symbol:
-            raise SpecError(
-                f"invalid probed address or symbol {place!r}",
-                spec=text,
-                column=column,
-                hint="write SYMBOL[+OFFSET] with a non-negative offset, or an address",
-            )
-        if is_return and sym_offset != 0:
-            raise SpecError(
-                "a return probe must be on a function entry",
-                spec=text,
-                column=column,
-                hint=f"probe {symbol} itself (offset 0)",
-            )
-        module = None
-        mod_colon = symbol.find(":")
-        if mod_colon >= 0:
-            module, symbol = symbol[:mod_colon], symbol[mod_colon + 1 :]
-        function_entry = not is_return and sym_offset == 0
-        location = KprobeLocation(symbol=symbol, offset=sym_offset, module=module)
-    else:
-        location = KprobeLocation(address=address)
+    if "/" in place and ":" in place and kstrtoul(place) is None:
+        raise _NotThisType
+    location, is_return, function_entry = parse_kprobe_location(text, column, place, is_return)
     _check_arg_count(text, words)
     group = event = None
     if event_text is not None:
@@ -435,6 +373,53 @@ def _parse_kprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -
         maxactive=(maxactive or grammar.default_maxactive) if is_return else None,
         source=text,
     )
+
+
+def parse_kprobe_location(
+    text: str, column: int, place: str, is_return: bool
+) -> tuple[KprobeLocation, bool, bool]:
+    """`[MOD:]SYM[+offs][%return]` or `MEMADDR` (at `column` of `text`): the location, whether
+    the probe is a return probe, and whether it sits on a function's entry (TPARG_FL_FENTRY)."""
+    address = kstrtoul(place)
+    if address is not None:
+        return KprobeLocation(address=address), is_return, False
+    symbol = place
+    percent = symbol.find("%")
+    if percent >= 0:
+        if symbol[percent:] != "%return":
+            raise SpecError(
+                f"invalid probe address suffix {symbol[percent:]!r}",
+                spec=text,
+                column=column + percent,
+                hint="the only suffix is %return",
+            )
+        is_return = True
+        symbol = symbol[:percent]
+    split = next((i for i, c in enumerate(symbol) if c in "+-"), -1)
+    sym_offset: int | None = 0
+    if split >= 0:
+        sym_offset = kstrtol(symbol[split:])
+        symbol = symbol[:split]
+    if sym_offset is None or sym_offset < 0 or sym_offset > UINT_MAX or not symbol:
+        raise SpecError(
+            f"invalid probed address or symbol {place!r}",
+            spec=text,
+            column=column,
+            hint="write SYMBOL[+OFFSET] with a non-negative offset, or an address",
+        )
+    if is_return and sym_offset != 0:
+        raise SpecError(
+            "a return probe must be on a function entry",
+            spec=text,
+            column=column,
+            hint=f"probe {symbol} itself (offset 0)",
+        )
+    module = None
+    mod_colon = symbol.find(":")
+    if mod_colon >= 0:
+        module, symbol = symbol[:mod_colon], symbol[mod_colon + 1 :]
+    location = KprobeLocation(symbol=symbol, offset=sym_offset, module=module)
+    return location, is_return, not is_return and sym_offset == 0
 
 
 def _parse_eprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -> ProbeSpec:

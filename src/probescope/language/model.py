@@ -164,6 +164,34 @@ class ImmediateString:
 
 
 @dataclass(frozen=True)
+class AbiArgument:
+    """`argN` (friendly form, 1-based): the ABI's Nth integer argument.
+
+    Only the friendly form has it; lowering turns it into a Register or a StackEntry (uprobes)
+    or a FunctionArg (kprobes). `spelling` is the text as written (`arg1`, `$arg1`), `column`
+    where it starts in the spec.
+    """
+
+    number: int
+    spelling: str
+    column: int = field(default=0, compare=False)
+
+    def __str__(self) -> str:
+        return self.spelling
+
+
+@dataclass(frozen=True)
+class FriendlyReturnValue:
+    """`retval` (friendly form): the return value, lowered to ReturnValue (`$retval`)."""
+
+    spelling: str
+    column: int = field(default=0, compare=False)
+
+    def __str__(self) -> str:
+        return self.spelling
+
+
+@dataclass(frozen=True)
 class Dereference:
     """`+|-[u]OFFS(FETCHARG)`: load from the address FETCHARG + OFFS."""
 
@@ -190,7 +218,10 @@ Fetch = (
     | Immediate
     | ImmediateString
     | Dereference
+    | AbiArgument
+    | FriendlyReturnValue
 )
+FriendlyVariable = AbiArgument | FriendlyReturnValue
 
 
 def innermost(fetch: Fetch) -> Fetch:
@@ -250,7 +281,9 @@ class ArgType:
 class FetchArg:
     """`[NAME=]FETCHARG[:TYPE]`: one argument of a probe.
 
-    `expression` is the text after `NAME=` exactly as given, which is what the kernel echoes back.
+    `expression` is the text after `NAME=` exactly as given, which is what the kernel echoes back;
+    `column` is where that text starts in the spec (None when the argument was not parsed from
+    one).
     """
 
     name: str
@@ -258,6 +291,7 @@ class FetchArg:
     type: ArgType
     expression: str
     named: bool = True
+    column: int | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.name}={self.expression}"

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import re
 
-from probescope.errors import SpecError
+from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import Arch, host_arch
-from probescope.language.fetchargs import LATEST
+from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetchargs
 from probescope.language.friendly import FriendlyProbe, parse_friendly, parse_friendly_words
 from probescope.language.kernel_features import KernelGrammar
 from probescope.language.kernel_grammar import (
-    EventsFile,
     _parse_event_name,
     check_definition_text,
     parse_kernel_probe,
+    parse_kprobe_location,
     split_words,
 )
-from probescope.language.kernel_numbers import is_ascii_digit
+from probescope.language.kernel_numbers import is_ascii_digit, kstrtoul
 from probescope.language.kinds import BY_ALIAS
+from probescope.language.lowering import Place, lower_fetchargs
 from probescope.language.model import DeleteSpec, ProbeKind, ProbeSpec
 from probescope.language.static_events import (
     FunctionSpec,
@@ -28,7 +29,6 @@ from probescope.language.static_events import (
 from probescope.language.usdt_spec import UsdtSpec, parse_usdt
 
 _KERNEL_HEAD = re.compile(r"^(p|r\d*|e)(:[^:]*)?$")
-_FRIENDLY_KERNEL_VARIABLE = re.compile(r"(?<![\w$%@\\])(arg\d+|retval)(?![\w])")
 
 Spec = ProbeSpec | DeleteSpec | FriendlyProbe | TracepointSpec | FunctionSpec | UsdtSpec
 
@@ -45,12 +45,16 @@ def parse_probe(
     arch: Arch | None = None,
     kprobes: bool = True,
     grammar: KernelGrammar = LATEST,
+    diagnostics: list[SpecError] | None = None,
 ) -> Spec:
-    """Parse a probe spec in either form.
+    """Parse a probe spec in either form, arguments included.
 
     Kernel grammar (`p:grp/ev /bin/bash:0x4245c0 %ip`) gives a ProbeSpec or DeleteSpec;
     the friendly form (`bash:readline`, `r:c:malloc`, `p:grp/ev ./prog:main+4 x=arg1`) gives a
     FriendlyProbe for the symbols layer to resolve; `k:SYM`/`kr:SYM` give kprobe ProbeSpecs.
+    With `diagnostics`, errors in a friendly probe's arguments are appended there instead of
+    raised, and the probe is returned so that its target can be checked too (collect, then
+    fail); every other error is raised.
     """
     arch = arch or host_arch()
     check_definition_text(text)
@@ -76,6 +80,9 @@ def parse_probe(
             location=location,
             location_column=location_column,
             args=words[2:],
+            arch=arch,
+            grammar=grammar,
+            diagnostics=diagnostics,
         )
     if head:
         return parse_kernel_probe(text, arch=arch, kprobes=kprobes, grammar=grammar)
@@ -88,8 +95,8 @@ def parse_probe(
     if probe_type is not None and probe_type.kind is ProbeKind.FUNCTION:
         return parse_function(text, words, colon + 1)
     if probe_type is not None and probe_type.kind is ProbeKind.USDT:
-        return parse_usdt(text, words, colon + 1)
-    return parse_friendly_words(text, words)
+        return parse_usdt(text, words, colon + 1, grammar)
+    return parse_friendly_words(text, words, arch=arch, grammar=grammar, diagnostics=diagnostics)
 
 
 def _parse_friendly_kprobe(
@@ -99,32 +106,50 @@ def _parse_friendly_kprobe(
     arch: Arch,
     grammar: KernelGrammar,
 ) -> ProbeSpec:
-    """`k:SYM[+OFF] ARGS` / `kr:SYM ARGS`: argN → $argN, retval → $retval, then the kernel
-    grammar. Columns of errors still point into the user's text."""
+    """`k:SYM[+OFF] ARGS` / `kr:SYM ARGS`: the location in the kernel's grammar, arguments in
+    the friendly form with `argN` lowered to `$argN` and `retval` to `$retval`."""
     column, first = words[0]
     colon = first.find(":")
-    location = first[colon + 1 :]
-    if not location:
+    location_text = first[colon + 1 :]
+    location_column = column + colon + 1
+    if not location_text:
         raise SpecError(
             "missing kernel symbol after ':'",
             spec=text,
-            column=column + colon + 1,
+            column=location_column,
             hint="e.g. k:do_sys_openat2 or kr:vfs_read",
         )
-    prefix = "r" if kind.is_return else "p"
-    pieces = [prefix, location]
-    for _, word in words[1:]:
-        equals = word.find("=")
-        name, body = (word[: equals + 1], word[equals + 1 :]) if equals >= 0 else ("", word)
-        if not name and _FRIENDLY_KERNEL_VARIABLE.fullmatch(body.split(":", 1)[0]):
-            name = body.split(":", 1)[0] + "="
-        pieces.append(name + _FRIENDLY_KERNEL_VARIABLE.sub(r"$\1", body))
-    kernel_text = " ".join(pieces)
-    try:
-        spec = parse_kernel_probe(
-            kernel_text, events_file=EventsFile.KPROBE_EVENTS, arch=arch, grammar=grammar
+    if "/" in location_text and ":" in location_text and kstrtoul(location_text) is None:
+        raise SpecError(
+            f"{location_text!r} is not a kprobe location",
+            spec=text,
+            column=location_column,
+            hint="k:SYMBOL[+OFFSET], k:MODULE:SYMBOL or k:ADDRESS; for user space use "
+            "TARGET:SYMBOL",
         )
-    except SpecError as error:
-        raise SpecError(error.message, spec=text, column=None, hint=error.hint) from None
-    assert isinstance(spec, ProbeSpec)
-    return spec
+    location, is_return, function_entry = parse_kprobe_location(
+        text, location_column, location_text, kind.is_return
+    )
+    if len(words) - 1 > MAX_TRACE_ARGS:
+        raise SpecError(
+            f"too many arguments ({len(words) - 1}; at most {MAX_TRACE_ARGS})",
+            spec=text,
+            column=words[1 + MAX_TRACE_ARGS][0],
+        )
+    flags = ParseFlags(
+        user=False,
+        is_return=is_return,
+        function_entry=function_entry,
+        grammar=grammar,
+        friendly=True,
+    )
+    args, errors = parse_fetchargs(text, words[1:], flags=flags, arch=arch)
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
+    return ProbeSpec(
+        kind=ProbeKind.KRETPROBE if is_return else ProbeKind.KPROBE,
+        location=location,
+        args=lower_fetchargs(args, Place(arch=arch, user=False), spec=text),
+        maxactive=grammar.default_maxactive if is_return else None,
+        source=text,
+    )

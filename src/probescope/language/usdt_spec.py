@@ -10,6 +10,9 @@ import re
 from dataclasses import dataclass, field
 
 from probescope.errors import SpecError
+from probescope.language.fetch_types import parse_type
+from probescope.language.fetchargs import LATEST
+from probescope.language.kernel_features import KernelGrammar
 from probescope.language.kernel_numbers import is_good_name
 from probescope.language.model import ProbeKind
 
@@ -39,7 +42,9 @@ class UsdtSpec:
         return f"usdt:{self.target}:{self.provider}:{self.name}"
 
 
-def parse_usdt(text: str, words: list[tuple[int, str]], prefix_len: int) -> UsdtSpec:
+def parse_usdt(
+    text: str, words: list[tuple[int, str]], prefix_len: int, grammar: KernelGrammar = LATEST
+) -> UsdtSpec:
     column, first = words[0]
     body = first[prefix_len:]
     parts = body.rsplit(":", 2)
@@ -71,7 +76,19 @@ def parse_usdt(text: str, words: list[tuple[int, str]], prefix_len: int) -> Usdt
                 f"bad or repeated argument name {arg_name!r}", spec=text, column=arg_column
             )
         used.add(arg_name)
-        choices.append(UsdtArgChoice(arg_name, index, match.group("type"), arg_column))
+        type_text = match.group("type")
+        if (
+            type_text is not None
+            and parse_type(type_text.split("[", 1)[0], grammar, user=True) is None
+        ):
+            raise SpecError(
+                f"unknown type {type_text!r}",
+                spec=text,
+                column=arg_column + match.start("type"),
+                hint="types: u8..u64, s8..s64, x8..x64, char, string, ustring, "
+                "b<w>@<o>/<c>, TYPE[N]",
+            )
+        choices.append(UsdtArgChoice(arg_name, index, type_text, arg_column))
     return UsdtSpec(
         target=target,
         provider=provider,

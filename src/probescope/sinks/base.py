@@ -23,9 +23,14 @@ class OutputFormatError(ProbescopeError):
 
 
 class Sink(Protocol):
+    """An output: events one by one or in batches; `flush()` after each batch makes a live
+    stream readable as it grows; `close()` flushes and leaves the stream to its owner."""
+
     def write(self, event: Event) -> None: ...
 
     def write_batch(self, batch: EventBatch) -> None: ...
+
+    def flush(self) -> None: ...
 
     def close(self) -> None: ...
 

@@ -84,6 +84,9 @@ class JsonLinesSink:
             lines.append(line(event))
         self._emit("".join(lines))
 
+    def flush(self) -> None:
+        self.stream.flush()
+
     def close(self) -> None:
         self.stream.flush()
 

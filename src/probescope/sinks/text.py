@@ -211,6 +211,9 @@ class TextSink:
             parts.append(line(event))
         self._emit("".join(parts))
 
+    def flush(self) -> None:
+        self.stream.flush()
+
     def close(self) -> None:
         self.stream.flush()
 

@@ -1,8 +1,8 @@
 """From specs to ResolvedProbes: locate the target, look up symbols, compute and check file
 offsets, and lower friendly specs into kernel-grammar ProbeSpecs.
 
-Every problem of every spec is collected before failing, and each is reported against the
-spec's own text with a caret.
+Every spec is parsed (arguments included) before any target is located; every problem of every
+spec is collected before failing, and each is reported against the spec's own text with a caret.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from probescope.errors import ProbescopeError, SpecError, SpecErrors, SymbolError
 from probescope.language.arch import Arch, host_arch
+from probescope.language.event_names import event_name_for, first_free, numbered
 from probescope.language.fetchargs import LATEST, ParseFlags, parse_fetcharg
-from probescope.language.friendly import FriendlyProbe, event_name_for, lower_args
+from probescope.language.friendly import FriendlyProbe, lower_args
 from probescope.language.kernel_features import KernelGrammar
-from probescope.language.model import DeleteSpec, ProbeKind, ProbeSpec, UprobeLocation
+from probescope.language.model import DeleteSpec, FetchArg, ProbeKind, ProbeSpec, UprobeLocation
 from probescope.language.parse import Spec, parse_probe
 from probescope.language.resolved import ResolvedProbe
 from probescope.language.static_events import FunctionSpec, TracepointSpec
@@ -42,22 +43,38 @@ def resolve_specs(
     `grammar` is what the kernel the probes are meant for accepts (KernelGrammar.for_release).
     """
     arch = arch or host_arch()
+    parsed: list[tuple[Spec | None, list[SpecError]]] = []
+    for item in specs:  # parse everything before locating anything
+        problems: list[SpecError] = []
+        spec: Spec | None = item if not isinstance(item, str) else None
+        if isinstance(item, str):
+            try:
+                spec = parse_probe(item, arch=arch, grammar=grammar, diagnostics=problems)
+            except SpecError as error:
+                problems += _each(error)
+        parsed.append((spec, problems))
     resolved: list[ResolvedProbe] = []
     errors: list[SpecError] = []
-    for item in specs:
-        text = item if isinstance(item, str) else (getattr(item, "source", None) or str(item))
+    for spec, problems in parsed:
+        errors += problems  # a spec's own parse errors, then what locating it finds
+        if spec is None:
+            continue
         try:
-            spec = parse_probe(item, arch=arch, grammar=grammar) if isinstance(item, str) else item
-            resolved += resolve(spec, pid=pid, arch=arch, grammar=grammar)
-        except SpecErrors as many:
-            errors += many.errors
+            found = resolve(spec, pid=pid, arch=arch, grammar=grammar)
         except SpecError as error:
-            errors.append(error)
+            errors += _each(error)
         except ProbescopeError as error:
+            text = getattr(spec, "source", None) or str(spec)
             errors.append(SpecError(error.message, spec=text, hint=error.hint))
+        else:
+            resolved += found
     if errors:
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)
     return _unique_event_names(resolved)
+
+
+def _each(error: SpecError) -> list[SpecError]:
+    return list(error.errors) if isinstance(error, SpecErrors) else [error]
 
 
 def resolve(
@@ -172,7 +189,7 @@ def _resolve_friendly(
             except SymbolError as error:
                 raise at_symbol(error) from None
         on_entry = function is not None and offset == function.offset
-        args = lower_args(probe, arch, on_entry=on_entry, grammar=grammar)
+        args = lower_args(probe, arch, on_entry=on_entry)
         event = probe.event
         if event is None and function is not None:
             event = event_name_for(function.name, probe.offset, probe.is_return)
@@ -214,13 +231,12 @@ def _resolve_usdt(
         base = event_name_for(f"{usdt.provider}_{usdt.name}", 0, False)
         names: dict[tuple[str, ...], str] = {}
         for site in usdt.sites:
-            fetch_texts = _usdt_fetchargs(spec, site, text)
             args = tuple(
-                parse_fetcharg(fetch, i, flags=flags, arch=arch, spec=fetch)
-                for i, fetch in enumerate(fetch_texts)
+                _usdt_fetcharg(fetch, i, column, text, flags, arch)
+                for i, (fetch, column) in enumerate(_usdt_fetchargs(spec, site, text))
             )
             signature = tuple(f"{a.name}:{a.type}" for a in args)
-            event = names.setdefault(signature, base if not names else f"{base[:60]}_{len(names)}")
+            event = names.setdefault(signature, numbered(base, len(names)) if names else base)
             probe_spec = ProbeSpec(
                 kind=ProbeKind.UPROBE,
                 location=UprobeLocation(path, site.pc_offset, site.semaphore_offset),
@@ -245,10 +261,27 @@ def _resolve_usdt(
     return resolved
 
 
-def _usdt_fetchargs(spec: UsdtSpec, site: UsdtSite, text: str) -> list[str]:
+def _usdt_fetcharg(
+    fetch: str, index: int, column: int, text: str, flags: ParseFlags, arch: Arch
+) -> FetchArg:
+    """One USDT argument as the note's operand gives it; a problem is reported at the user's
+    text (`column`), quoting the fetch made from the note."""
+    try:
+        return parse_fetcharg(fetch, index, flags=flags, arch=arch, spec=fetch)
+    except SpecError as error:
+        raise SpecError(
+            f"{fetch!r} (from the probe's note): {error.message}",
+            spec=text,
+            column=column,
+            hint=error.hint,
+        ) from None
+
+
+def _usdt_fetchargs(spec: UsdtSpec, site: UsdtSite, text: str) -> list[tuple[str, int]]:
+    """The fetch text of each argument, each with the column of the spec it comes from."""
     if not spec.args:
         try:
-            return list(site.fetchargs())
+            return [(fetch, spec.probe_column) for fetch in site.fetchargs()]
         except SymbolError as error:
             raise SpecError(
                 error.message, spec=text, column=spec.probe_column, hint=error.hint
@@ -271,7 +304,7 @@ def _usdt_fetchargs(spec: UsdtSpec, site: UsdtSite, text: str) -> list[str]:
                 spec=text,
                 column=choice.column,
             )
-        chosen.append(f"{choice.name}={fetch}")
+        chosen.append((f"{choice.name}={fetch}", choice.column))
     return chosen
 
 
@@ -303,21 +336,19 @@ def _unique_event_names(probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
     """Derived names that collide (same function name in two libraries, aliases in a glob) get
     a numeric suffix; names the user chose are kept, so repeating one appends probe points to
     one event the way the kernel does."""
-    seen: dict[tuple[str, str], int] = {}
+    taken: dict[str, set[str]] = {}
     result = []
     for probe in probes:
         spec = probe.spec
         if not isinstance(spec, ProbeSpec):
             result.append(probe)
             continue
-        key = (spec.group_name, spec.event_name)
-        count = seen.get(key, 0)
-        seen[key] = count + 1
+        names = taken.setdefault(spec.group_name, set())
         user_named = spec.kind in (ProbeKind.UPROBE, ProbeKind.URETPROBE) and _user_named(spec)
-        if count and not user_named:
-            new_name = f"{spec.event_name[:60]}_{count}"
-            seen[(spec.group_name, new_name)] = 1
-            probe = replace(probe, spec=replace(spec, event=new_name))
+        name = spec.event_name if user_named else first_free(spec.event_name, names)
+        if name != spec.event_name:
+            probe = replace(probe, spec=replace(spec, event=name))
+        names.add(name)
         result.append(probe)
     return result
 

@@ -43,7 +43,7 @@ def run(engine: str, specs: list[str], argv: list[str]) -> tuple[list[Event], in
         events = list(session.events(duration=60))
     stats = session.summary().stats
     assert stats is not None
-    status = stats.extra.get("command_status")
+    status = stats.command_status
     return events, status
 
 

@@ -106,7 +106,7 @@ def test_stack_traces_print_like_the_kernel(opened_file: Path) -> None:
         ["sh", "-c", f"read line; cat {opened_file} >/dev/null"],
         arm,
         serial=96,
-        engine_options={"function_stack": True},
+        function_stack=True,
     )
     assert any(line.endswith("<stack trace>") for line in ours)
     assert any(line.startswith(" => ") for line in ours)

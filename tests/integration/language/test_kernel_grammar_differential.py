@@ -18,7 +18,7 @@ from probescope.errors import SpecError
 from probescope.language.fetchargs import MAX_TRACE_ARGS
 from probescope.language.kernel_grammar import EventsFile, parse_kernel_probe
 from probescope.language.model import DeleteSpec, UprobeLocation
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 from support.tracefs import tracefs_root
 
 from .corpus import ARGS, NAMES, TYPES, uprobe_corpus
@@ -49,7 +49,7 @@ def ours(definition: str) -> str | None:
     """
     try:
         spec = parse_kernel_probe(
-            definition, events_file=EventsFile.UPROBE_EVENTS, grammar=running_kernel_grammar()
+            definition, events_file=EventsFile.UPROBE_EVENTS, grammar=RunningKernel.read().grammar
         )
     except SpecError:
         return None
@@ -63,7 +63,7 @@ def ours(definition: str) -> str | None:
 def deliberately_stricter(definition: str) -> bool:
     """Kernels before 6.7 silently drop arguments past the 128th; probescope refuses them."""
     return (
-        not running_kernel_grammar().refuses_excess_args
+        not RunningKernel.read().grammar.refuses_excess_args
         and len(definition.split()) - 2 > MAX_TRACE_ARGS
     )
 

@@ -8,7 +8,7 @@ import pytest
 from probescope.errors import SpecError
 from probescope.language.kernel_grammar import EventsFile, parse_kernel_probe
 from probescope.language.model import DeleteSpec
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 from support.tracefs import tracefs_root
 
 from .kernel_oracle import KernelOracle
@@ -30,7 +30,7 @@ def oracle() -> KernelOracle:
 def ours(definition: str) -> str | None:
     try:
         spec = parse_kernel_probe(
-            definition, events_file=EventsFile.KPROBE_EVENTS, grammar=running_kernel_grammar()
+            definition, events_file=EventsFile.KPROBE_EVENTS, grammar=RunningKernel.read().grammar
         )
     except SpecError:
         return None

@@ -39,7 +39,7 @@ def test_fault_injection_third_malloc_returns_null(
     assert "malloc #2 (2000 bytes): ok" in out and "malloc #4 (4000 bytes): ok" in out
     assert [e.arg("size") for e in events if e.name == "malloc"][:5] == calls[:5]
     stats = session.summary().stats
-    assert stats is not None and stats.extra["command_status"] == 1
+    assert stats is not None and stats.command_status == 1
 
 
 def test_handlers_need_the_ptrace_engine(malloc_demo: Path) -> None:

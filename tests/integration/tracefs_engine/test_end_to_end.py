@@ -56,7 +56,7 @@ def test_loop_events_arrive_in_order_with_their_args(loop: Path) -> None:
     summary = session.summary()
     assert summary.lost == 0
     assert summary.hits["uprobes/func_1"] == 6
-    assert summary.stats is not None and summary.stats.extra["command_status"] == 0
+    assert summary.stats is not None and summary.stats.command_status == 0
 
 
 def test_threads_are_followed(threads: Path) -> None:

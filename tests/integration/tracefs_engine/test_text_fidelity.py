@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 from support.witness import record_both, same_but_time
 
 pytestmark = pytest.mark.root
@@ -19,7 +19,7 @@ SPECS = [
     "{t}:named name=+0(arg1):string first=+0(arg2):s32 second=+4(arg2):s16 "
     "flags=+6(arg2):x8 bits=+6(arg2):b3@1/8 bytes=+0(arg2):u8[4] bad=+0(%ax):string",
 ]
-if "char" in running_kernel_grammar().types:
+if "char" in RunningKernel.read().grammar.types:
     SPECS.append("{t}:named c=+0(arg1):char cs=+0(arg1):char[3]")
 
 

@@ -153,3 +153,23 @@ def test_octal_offset_hint() -> None:
     with pytest.raises(SpecError, match="invalid uprobe offset") as info:
         parse_kernel_probe("p /bin/true:089")
     assert info.value.hint is not None and "octal" in info.value.hint
+
+
+@pytest.mark.parametrize(
+    "deref", ["+u8(%rax)", "-u8(%rax)", "+8(%rax)", "-8(%rax)", "+u0(+0(%rax))"]
+)
+def test_errors_inside_a_dereference_point_at_the_inner_fetch(deref: str) -> None:
+    text = f"p:ev /bin/true:0x10 x={deref}"
+    with pytest.raises(SpecError, match="invalid register") as info:
+        parse_kernel_probe(text, arch=X86_64)
+    assert info.value.column is not None
+    assert text[info.value.column :].startswith("%rax)")
+
+
+@pytest.mark.parametrize("arg", ["+u0(%di):u8[2]", "+u0(+0(%di)):u32[2]"])
+def test_arrays_are_not_read_through_a_user_space_dereference(arg: str) -> None:
+    """The kernel's store op is then ST_UMEM, which its array check refuses (BAD_STRING)."""
+    with pytest.raises(SpecError, match="user-space dereference"):
+        parse_kernel_probe(f"p:ev /bin/true:0x10 {arg}", arch=X86_64)
+    for accepted in ("+0(+u0(%di)):u32[2]", "+u0(%di):string[2]", "+u0(%di):b3@2/8"):
+        parse_kernel_probe(f"p:ev /bin/true:0x10 {accepted}", arch=X86_64)

@@ -14,7 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 
-from probescope.engines.base import Availability, EngineStats, Target
+from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
 from probescope.engines.ptrace import availability
 from probescope.engines.ptrace.handlers import HitContext
 from probescope.engines.ptrace.sites import build_sites
@@ -23,6 +23,7 @@ from probescope.engines.ptrace.tracer import Tracer, exit_status_code
 from probescope.errors import EngineUnavailable, PtraceError
 from probescope.events import Event, EventBatch
 from probescope.language.resolved import ResolvedProbe
+from probescope.system.kernel import RunningKernel
 
 Handler = Callable[[HitContext], None]
 _CROSS_THREAD_DETACH_TIMEOUT = 10.0
@@ -41,8 +42,17 @@ class PtraceEngine:
     name = "ptrace"
 
     def __init__(
-        self, *, pin_cpu: bool | int = True, emulate: bool = True, single_step: bool = False
+        self,
+        *,
+        pin_cpu: bool | int = True,
+        emulate: bool = True,
+        single_step: bool = False,
+        options: EngineOptions | None = None,
+        kernel: RunningKernel | None = None,
     ) -> None:
+        # `options` (clock, ring buffer, kernel filters) have no knob here: the engine's clock is
+        # CLOCK_MONOTONIC already and it has no ring buffer; `kernel` it does not need.
+        del options, kernel
         self._options = TracerOptions(pin_cpu=pin_cpu, emulate=emulate, single_step=single_step)
         self._handlers: dict[ResolvedProbe, list[Handler]] = {}
         self._sites: list[ProbeSite] = []
@@ -51,7 +61,7 @@ class PtraceEngine:
         self._events_started = False
         self._pids: list[int] = []
 
-    # -- options, also settable as attributes before attach (Session engine_options) --------
+    # -- options, also settable as attributes before attach ----------------------------------
 
     @property
     def pin_cpu(self) -> bool | int:
@@ -158,9 +168,7 @@ class PtraceEngine:
             "xol_pages": counters.xol_pages,
             "injection_steps": tracer.injector.steps,
         }
-        status = self.exit_code
-        if status is not None:
-            stats.extra["command_status"] = status
+        stats.command_status = self.exit_code
         if counters.depth_omitted:
             stats.notes.append(
                 f"{counters.depth_omitted} return probes omitted: nesting deeper than 64"

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from probescope.engines.base import Availability, EngineStats, Target
+from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
 from probescope.engines.launch import GatedCommand
 from probescope.engines.tracefs.decoder import EventDecoder, LiveMerge
 from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
@@ -38,14 +38,14 @@ from probescope.engines.tracefs.static_plan import (
     check_functions,
     plan_tracepoints,
 )
-from probescope.engines.tracefs.tracefs import Tracefs, lockdown_state
+from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import EngineUnavailable, ProbescopeError, TracefsError
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.kinds import BY_KIND
 from probescope.language.model import ProbeKind, ProbeSpec
 from probescope.language.resolved import ResolvedProbe
 from probescope.language.static_events import FunctionSpec, TracepointSpec
-from probescope.system.kernel import running_kernel_grammar
+from probescope.system.kernel import RunningKernel
 
 UNKNOWN_COMM = "<...>"
 FINAL_DRAIN_SECONDS = 2.0
@@ -68,25 +68,13 @@ class TracefsEngine:
         self,
         tracefs: Tracefs | None = None,
         *,
-        clock: str = "mono",
-        buffer_size_kb: int | None = None,
+        options: EngineOptions | None = None,
+        kernel: RunningKernel | None = None,
         interval: float = 0.1,
-        default_filter: str | None = None,
-        allow_all_functions: bool = False,
-        function_stack: bool = False,
-        kernel_stack_trace: bool = False,
-        user_stack_trace: bool = False,
     ) -> None:
-        self.function_stack = function_stack
-        # options/stacktrace and options/userstacktrace: a kernel_stack / user_stack record
-        # after each event (what aggregations keyed by stacks read).
-        self.kernel_stack_trace = kernel_stack_trace
-        self.user_stack_trace = user_stack_trace
-        self.clock = clock
-        self.default_filter = default_filter
-        self.allow_all_functions = allow_all_functions
-        self.buffer_size_kb = buffer_size_kb
-        self.interval = interval
+        self.options = options or EngineOptions()
+        self.kernel = kernel or RunningKernel.read()
+        self.interval = self.options.read_interval or interval
         self._tracefs = tracefs
         self._installed = _Installed()
         self._types: dict[str, EventType] = {}
@@ -97,7 +85,7 @@ class TracefsEngine:
         self._tasks_checked: set[int] = set()
         self._pinned_comms: dict[int, str] = {}
         self._comms_read_at = 0.0
-        self._stats = EngineStats()
+        self._stats = EngineStats(hits_title="kernel hits (all processes)")
         self._page_lost = 0
         self._ring_lost = 0
         self._detached = False
@@ -116,7 +104,7 @@ class TracefsEngine:
             tracefs = self._tracefs or Tracefs.discover()
         except EngineUnavailable as error:
             return Availability(False, error.message, error.hint)
-        if lockdown_state() == "confidentiality":
+        if self.kernel.lockdown == "confidentiality":
             return Availability(
                 False,
                 "kernel lockdown (confidentiality) forbids tracefs",
@@ -143,13 +131,13 @@ class TracefsEngine:
         tracepoints = plan_tracepoints(
             tracefs,
             [p.spec for p in probes if isinstance(p.spec, TracepointSpec)],
-            self.default_filter,
+            self.options.default_filter,
         )
         functions = list(
             check_functions(
                 tracefs,
                 [p.spec for p in probes if isinstance(p.spec, FunctionSpec)],
-                allow_all=self.allow_all_functions,
+                allow_all=self.options.allow_all_functions,
             )
         )
         self._reap_dead_sessions(tracefs)
@@ -160,19 +148,19 @@ class TracefsEngine:
             instance = Instance.create(tracefs, owner.instance_name(serial))
             self._installed.instance = instance
             instance.tracing_on(False)
-            instance.set_clock(self.clock)
+            instance.set_clock(self.options.clock)
             instance.set_option("record-tgid", True)
-            if instance.exists("options/hash-ptr") and running_kernel_grammar().release >= (6, 2):
+            if instance.exists("options/hash-ptr") and self.kernel.grammar.release >= (6, 2):
                 # %p in tracepoint text: the kernel's hash key is secret, so the instance's own
                 # `trace` prints real pointers like probescope. (6.1 prints every %s of a print
                 # fmt empty with hash-ptr off; there the instance keeps the kernel default.)
                 instance.set_option("hash-ptr", False)
             instance.set_buffer_size_kb(
-                self.buffer_size_kb or _default_buffer_kb(len(instance.cpus()))
+                self.options.buffer_size_kb or _default_buffer_kb(len(instance.cpus()))
             )
-            if self.kernel_stack_trace:
+            if self.options.kernel_stack_trace:
                 instance.set_option("stacktrace", True)
-            if self.user_stack_trace:
+            if self.options.user_stack_trace:
                 instance.set_option("userstacktrace", True)
             specs = self._session_specs(dynamic)
             self._install(tracefs, specs)
@@ -300,13 +288,13 @@ class TracefsEngine:
                 instance.read("events/ftrace/function/format"), system="ftrace"
             )
             decoder.add_event(function_format, kind=ProbeKind.FUNCTION, group="ftrace")
-        if self.kernel_stack_trace or (functions and self.function_stack):
+        if self.options.kernel_stack_trace or (functions and self.options.function_stack):
             decoder.add_event(
                 _open_tail(instance, "kernel_stack", "caller"),
                 kind=ProbeKind.FUNCTION,
                 group="ftrace",
             )
-        if self.user_stack_trace:
+        if self.options.user_stack_trace:
             decoder.add_event(
                 parse_event_format(
                     instance.read("events/ftrace/user_stack/format"), system="ftrace"
@@ -347,7 +335,7 @@ class TracefsEngine:
                     instance.write(file_name, spec.pattern)
                 else:
                     instance.append(file_name, spec.pattern)
-        if self.function_stack:
+        if self.options.function_stack:
             instance.set_option("func_stack_trace", True)
         if any(f.traces_everything or f.exclude for f in functions):
             self._stats.notes.append(
@@ -552,7 +540,7 @@ class TracefsEngine:
     def stats(self) -> EngineStats:
         """Counters so far; while attached the loss is read live from the ring buffer."""
         if self._command is not None and self._command.returncode is not None:
-            self._stats.extra["command_status"] = self._command.returncode
+            self._stats.command_status = self._command.returncode
         instance = self._installed.instance
         if instance is not None and not self._detached:
             with contextlib.suppress(TracefsError):

@@ -134,17 +134,5 @@ class Tracefs:
         return cls(root)
 
 
-def lockdown_state() -> str | None:
-    """The kernel lockdown mode (`none`, `integrity`, `confidentiality`) if known."""
-    try:
-        text = Path("/sys/kernel/security/lockdown").read_text()
-    except OSError:
-        return None
-    for word in text.split():
-        if word.startswith("["):
-            return word.strip("[]")
-    return None
-
-
 def lines_of(text: str) -> Iterable[str]:
     return (line for line in text.splitlines() if line and not line.startswith("#"))
