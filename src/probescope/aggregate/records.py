@@ -37,6 +37,8 @@ _INT_CODES.update({(size, True): code.lower() for (size, _), code in list(_INT_C
 _TYPE_LEN = bytes(b & 0x1F for b in range(256))
 """Maps a little-endian record header's first byte to its type_len."""
 MAX_SMALL = 28
+INLINE_EVENTS = 8
+"""Up to this many events are told apart by an `if` chain in the record walk."""
 FOLD_AT = 200_000
 """Distinct raw keys held before they are turned into values."""
 
@@ -122,6 +124,8 @@ class RecordAggregator:
         self._little = layout.byteorder == "little"
         self._layout = layout
         self._types = {i: t for i, (_, t) in events.items() if not is_stack_record(t)}
+        self._formats = {i: f for i, (f, _) in events.items()}
+        self.ids: dict[int, dict[int, int]] = {}  # event id counts, when keys need no more
         self._raw = {
             i: self._raw_layout(f, t) for i, (f, t) in events.items() if not is_stack_record(t)
         }
@@ -199,32 +203,68 @@ class RecordAggregator:
         return shared
 
     def _compile(self, layout: SubBufferLayout) -> Callable[[bytes, int], tuple[list[Any], int]]:
-        type_id = (
-            "words[start >> 2] & 0xffff"
-            if layout.byteorder == "little"
-            else "words[start >> 2] >> 16"
-        )
-        body = f"""\
-entry = _raw(type_id := {type_id})
+        """The record-by-record walk for sub-buffers that are not one uniform run. Keys of
+        event ids alone count the ids themselves; ids and thread ids read two words; anything
+        else unpacks the event's raw layout (an `if` chain for a few events, a dict beyond)."""
+        little = layout.byteorder == "little"
+        type_id = "words[start >> 2] & 0xffff" if little else "words[start >> 2] >> 16"
+        names = {raw.names for raw in self._raw.values()}
+        namespace: dict[str, object] = {
+            "_short": _short_record,
+            "_counts_for": self._counts_for,
+            "_ids_for": self._ids_for,
+        }
+        setup = "skipped = 0\ncounts = _counts_for(cpu)"
+        if names <= {("type",)}:
+            setup = "ids = _ids_for(cpu)"
+            body = f"t = {type_id}\nids[t] = ids.get(t, 0) + 1"
+        elif names == {("type", "tid")} and little and self._tid_is_second_word():
+            body = f"k = ({type_id}, words[(start >> 2) + 1])\ncounts[k] = counts.get(k, 0) + 1"
+        elif len(self._raw) <= INLINE_EVENTS:
+            lines = [f"t = {type_id}"]
+            keyword = "if"
+            for event_id, raw in sorted(self._raw.items()):
+                namespace[f"_unpack_{event_id}"] = raw.unpack
+                lines += [
+                    f"{keyword} t == {event_id}:",
+                    f"    if pos - start < {raw.size}:",
+                    f"        _short(t, start, pos - start, {raw.size})",
+                    f"    k = _unpack_{event_id}(sub_buffer, start)",
+                ]
+                keyword = "elif"
+            lines += ["else:", "    skipped += 1", "    continue"] if self._raw else ["continue"]
+            lines.append("counts[k] = counts.get(k, 0) + 1")
+            body = "\n".join(lines)
+        else:
+            namespace["_raw"] = {i: (r.unpack, r.size) for i, r in self._raw.items()}.get
+            body = f"""\
+entry = _raw(t := {type_id})
 if entry is None:
     skipped += 1
-else:
-    if pos - start < entry[1]:
-        _short(type_id, start, pos - start, entry[1])
-    raw = entry[0](sub_buffer, start)
-    counts[raw] = counts.get(raw, 0) + 1
+    continue
+if pos - start < entry[1]:
+    _short(t, start, pos - start, entry[1])
+k = entry[0](sub_buffer, start)
+counts[k] = counts.get(k, 0) + 1
 """
-        namespace: dict[str, object] = {
-            "_raw": {i: (r.unpack, r.size) for i, r in self._raw.items()}.get,
-            "_short": _short_record,
-        }
         return compile_reader(
-            layout,
-            record_body=body,
-            setup="skipped = 0\ncounts = _counts_for(cpu)",
-            namespace={**namespace, "_counts_for": self._counts_for},
-            name="aggregate_sub_buffer",
+            layout, record_body=body, setup=setup, namespace=namespace, name="aggregate_records"
         )
+
+    def _tid_is_second_word(self) -> bool:
+        """common_pid is the 4 bytes at offset 4 of every record (it is, on Linux)."""
+        return all(
+            self._formats[i].field("common_pid").offset == 4
+            and self._formats[i].field("common_pid").size == 4
+            for i in self._raw
+        )
+
+    def _ids_for(self, cpu: int) -> dict[int, int]:
+        key = cpu if self.by_cpu else -1
+        ids = self.ids.get(key)
+        if ids is None:
+            ids = self.ids[key] = {}
+        return ids
 
     def _counts_for(self, cpu: int) -> Counter[tuple[Any, ...]]:
         key = cpu if self.by_cpu else -1
@@ -246,7 +286,7 @@ else:
             raise RingBufferFormatError(f"cpu {cpu}: malformed sub-buffer: {error}") from None
         if lost:
             self.result.count("lost events", max(lost, 0))
-        if sum(map(len, self.counts.values())) > FOLD_AT:
+        if self.of is not None and sum(map(len, self.counts.values())) > FOLD_AT:
             self._fold()
         return lost
 
@@ -342,6 +382,11 @@ else:
 
     def _convert(self, values: dict[Key, Value], result: Aggregation) -> None:
         converters: dict[int, Callable[[tuple[Any, ...], int], tuple[Key, Any]] | None] = {}
+        for cpu, ids in self.ids.items():
+            counts = self._counts_for(cpu)
+            for event_id, times in ids.items():
+                counts[(event_id,)] += times
+            ids.clear()
         for cpu, counts in self.counts.items():
             for raw_key, times in counts.items():
                 event_id = raw_key[0]
@@ -366,6 +411,7 @@ else:
 
     def clear(self) -> None:
         self.counts.clear()
+        self.ids.clear()
         self._folded.clear()
         self.result = Aggregation()
 
