@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.aggregate.conftest import target
 from integration.aggregate.stack_oracle import (
     innermost,
     names,
@@ -52,6 +53,24 @@ def test_cfi_walks_through_libc(engine: str, callers: Path) -> None:
         assert any(module == "libc.so.6" for module, _ in stack[1:])
         assert (callers.name, "main") in stack
         assert stack[-1] == (callers.name, "_start")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_stacks_through_a_library_loaded_later(engine: str) -> None:
+    """The library is dlopen'ed after the probes were armed, and the program has exited when
+    its stacks are symbolized: the maps kept at its exit still place the frames."""
+    loader = target("loader", ("-O2", "-fomit-frame-pointer", "-g", "-ldl"))
+    plugin = target("plugin", ("-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC"))
+    library = plugin.with_name("libplug.so")
+    if not library.exists():
+        library.symlink_to(plugin.name)
+    result = stacks(
+        [f"{library}:plug_leaf"], command=[str(loader), str(library), "3"], engine=engine
+    )
+    (stack, count), = stack_counts(result).items()
+    assert count == 3
+    lib = plugin.name
+    assert stack[:3] == ((lib, "plug_leaf"), (lib, "plug_entry"), (loader.name, "main"))
 
 
 def test_engines_agree_on_stacks(callers: Path) -> None:
