@@ -18,39 +18,26 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from probescope.aggregate.aggregators import EventAggregator, StackOptions
-from probescope.aggregate.keys import (
-    BUILTIN_FIELDS,
-    KeyPlan,
-    is_argument_field,
-    is_friendly_argument,
-    missing_arguments,
-)
-from probescope.aggregate.latency import RETURN_VALUE, STACK_POINTER, LatencyAggregator
+from probescope.aggregate.aggregators import EventAggregator
+from probescope.aggregate.latency import RETURN_VALUE, LatencyAggregator
 from probescope.aggregate.maps import Aggregation
+from probescope.aggregate.maps_keeper import MapsWatcher
+from probescope.aggregate.plan import AggregationError, Request, plan_request
 from probescope.aggregate.stack_capture import (
     MAX_SNAPSHOT,
-    StackCapture,
-    with_arguments,
-    with_stack_capture,
 )
 from probescope.aggregate.symbolize import ProcessMaps, Symbolizer
 from probescope.aggregate.values import Scale
 from probescope.engines.base import EngineOptions
 from probescope.engines.launch import GatedCommand
 from probescope.engines.registry import create_engine
-from probescope.errors import ProbescopeError, SpecError
 from probescope.language.arch import Arch, host_arch
-from probescope.language.model import ProbeKind, ProbeSpec
 from probescope.language.parse import Spec
-from probescope.language.resolved import ResolvedProbe
 from probescope.session import Session, Terminated, signals_end_session
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
@@ -60,37 +47,6 @@ if TYPE_CHECKING:
 
     Aggregator = EventAggregator | LatencyAggregator | RecordAggregator
 
-KINDS = ("count", "hist", "latency", "stacks")
-MAPS_POLL_SECONDS = 0.01
-RETURN_SUFFIX = "__return"
-
-
-class AggregationError(ProbescopeError):
-    """A request that cannot be aggregated (a key no probe has, a return probe for latency)."""
-
-
-@dataclass(frozen=True)
-class Request:
-    """What to aggregate: `kind` (count, hist, latency, stacks) of the probes `specs`, keyed by
-    `by`; `of` is the argument a histogram is made of, `scale` its buckets; `unit` the latency
-    unit; `stack_method`/`stack_size` how user stacks are captured; `keep_spans` keeps every
-    timed call for an evented profile."""
-
-    kind: str
-    specs: tuple[str | Spec, ...]
-    by: tuple[str, ...] | None = None
-    of: str | None = None
-    scale: Scale | None = None
-    unit: str = "us"
-    stack_method: str = "dwarf"
-    stack_size: int = MAX_SNAPSHOT
-    keep_spans: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise AggregationError(f"unknown aggregation {self.kind!r}")
-        if self.kind == "hist" and not self.of:
-            raise AggregationError("a histogram needs the argument it is made of", hint="--of ARG")
 
 
 @dataclass
@@ -133,25 +89,13 @@ class AggregationRun:
         )
         if not resolved:
             raise AggregationError("no probes to aggregate", hint="give at least one probe spec")
-        self.fields = self._key_fields(resolved)
-        self.plan = KeyPlan(self.fields)
         self.engine_name = create_engine(engine, resolved, kernel=self.kernel).name
-        self.stack_options = StackOptions(
-            method=request.stack_method,
-            kernel_user_walk=(
-                request.stack_method == "fp"
-                and self.engine_name == "tracefs"
-                and request.kind != "latency"
-            ),
-            kernel_stacks="kstack" in self.fields,
-        )
-        self.returns: dict[str, str] = {}
-        self.probes = self._prepare(resolved)
-        self.stack_options.at_function_entry = {
-            p.spec.event_name: p.on_function_entry
-            for p in self.probes
-            if isinstance(p.spec, ProbeSpec)
-        }
+        planned = plan_request(request, resolved, engine=self.engine_name, arch=self.arch)
+        self.fields = planned.fields
+        self.plan = planned.keys
+        self.stack_options = planned.stacks
+        self.returns = planned.returns
+        self.probes = planned.probes
         self.options = replace(
             options or EngineOptions(),
             kernel_stack_trace="kstack" in self.fields,
@@ -176,124 +120,9 @@ class AggregationRun:
         self.events = 0
         self.reason = "end"
         self._started = 0.0
-        self._watcher: _MapsWatcher | None = None
+        self._watcher: MapsWatcher | None = None
         self._notes: list[str] = []
         self._aggregator_used: object = None
-
-    # -- planning ---------------------------------------------------------------------------
-
-    def _key_fields(self, probes: list[ResolvedProbe]) -> tuple[str, ...]:
-        request = self.request
-        if request.by is not None:
-            return request.by
-        several = len({_event_name(p) for p in probes}) > 1
-        if request.kind == "stacks":
-            user = any(p.kind.is_user for p in probes)
-            stack = ("ustack",) if user else ("kstack",)
-            return (("probe",) if several else ()) + stack
-        if request.kind == "count":
-            return ("probe",)
-        return ("probe",) if several else ()
-
-    def _prepare(self, probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
-        request = self.request
-        fields = self.fields
-        wanted = [f for f in fields if is_argument_field(f)]
-        if request.of:
-            wanted.append(request.of)
-        if request.kind == "latency":
-            probes = self._latency_probes(probes)
-        prepared = []
-        capture = StackCapture(
-            request.stack_method,
-            request.stack_size,
-            kernel_walk=self.stack_options.kernel_user_walk,
-        )
-        for probe in probes:
-            spec = probe.spec
-            extra = []
-            if isinstance(spec, ProbeSpec):
-                names = {a.name for a in spec.args}
-                for name in wanted:
-                    if name in names or not is_friendly_argument(name):
-                        continue
-                    fetch = self._friendly_argument(probe, name)
-                    if fetch is not None:
-                        extra.append(f"{name}={fetch}:s64")
-                if spec.kind.is_return and "retval" in fields:
-                    extra.append(f"{RETURN_VALUE}=$retval:s64")
-                if request.kind == "latency":
-                    extra.append(f"{STACK_POINTER}=%sp:x64")
-            probe = with_arguments(probe, extra, arch=self.arch)
-            if "ustack" in fields and not (request.kind == "latency" and probe.kind.is_return):
-                probe = with_stack_capture(probe, capture, arch=self.arch)
-            prepared.append(probe)
-        self._check_fields(prepared)
-        return prepared
-
-    def _friendly_argument(self, probe: ResolvedProbe, name: str) -> str | None:
-        """`argN` lowered for this probe: only at a function's entry, where the ABI holds."""
-        if not probe.on_function_entry or probe.kind is not ProbeKind.UPROBE:
-            return None
-        index = int(name[3:])
-        register = self.arch.arg_register(index)
-        if register is not None:
-            return f"%{register}"
-        return f"$stack{index - len(self.arch.arg_registers)}"
-
-    def _latency_probes(self, probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
-        result = []
-        for probe in probes:
-            spec = probe.spec
-            text = spec.source if isinstance(spec, ProbeSpec) and spec.source else str(spec)
-            if not isinstance(spec, ProbeSpec) or spec.kind not in (
-                ProbeKind.UPROBE,
-                ProbeKind.KPROBE,
-            ):
-                raise SpecError(
-                    f"latency needs a function entry, not a {probe.kind} probe",
-                    spec=text,
-                    column=0,
-                    hint="give the function (e.g. c:malloc): the return probe is made for you",
-                )
-            if spec.kind is ProbeKind.UPROBE and not probe.on_function_entry:
-                raise SpecError(
-                    "latency needs the first instruction of a function",
-                    spec=text,
-                    column=0,
-                    hint="a return probe only pairs with an entry at the function's start",
-                )
-            entry_name = spec.event_name
-            return_name = entry_name[: 63 - len(RETURN_SUFFIX)] + RETURN_SUFFIX
-            return_kind = (
-                ProbeKind.URETPROBE if spec.kind is ProbeKind.UPROBE else ProbeKind.KRETPROBE
-            )
-            returning = replace(
-                spec, kind=return_kind, event=return_name, args=(), source=None
-            )
-            self.returns[return_name] = entry_name
-            result += [
-                replace(probe, spec=replace(spec, event=entry_name)),
-                replace(probe, spec=returning, kind=return_kind),
-            ]
-        return result
-
-    def _check_fields(self, probes: list[ResolvedProbe]) -> None:
-        arg_names = [
-            [a.name for a in p.spec.args] if isinstance(p.spec, ProbeSpec) else []
-            for p in probes
-        ]
-        if any(not isinstance(p.spec, ProbeSpec) for p in probes):
-            return  # tracepoint fields are known only once their formats are read
-        missing = missing_arguments(self.fields, arg_names)
-        if self.request.of and self.request.of not in {n for ns in arg_names for n in ns}:
-            missing.append(self.request.of)
-        if missing:
-            raise AggregationError(
-                f"no probe has an argument named {missing[0]!r}",
-                hint=f"keys are {', '.join(BUILTIN_FIELDS)}, argN at a function entry, or an "
-                "argument the spec names (e.g. 'c:malloc size=arg1:u64' gives 'size')",
-            )
 
     # -- running ----------------------------------------------------------------------------
 
@@ -490,7 +319,7 @@ class AggregationRun:
         pids = tuple(getattr(engine, "pids", ()) or self.pids)
         if not pids:
             return
-        self._watcher = _MapsWatcher(self.maps, pids)
+        self._watcher = MapsWatcher(self.maps, pids)
         self._watcher.start()
 
     def _stop_watcher(self) -> None:
@@ -512,48 +341,6 @@ def _collector_quiet() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-
-
-def _event_name(probe: ResolvedProbe) -> str:
-    spec = probe.spec
-    return spec.event_name if isinstance(spec, ProbeSpec) else str(spec)
-
-
-class _MapsWatcher:
-    """Reads the target processes' maps every few milliseconds while they live, so addresses
-    of a process that exits before its events are aggregated still find their files."""
-
-    def __init__(self, maps: ProcessMaps, pids: tuple[int, ...]) -> None:
-        self.maps = maps
-        self.pids = pids
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="probescope-maps", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            alive = False
-            for pid in self.pids:
-                for tid in _process_and_children(pid):
-                    alive = self.maps.read(tid) or alive
-            if not alive and all(self.maps.known(pid) for pid in self.pids):
-                return
-            self._stop.wait(MAPS_POLL_SECONDS)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=1.0)
-
-
-def _process_and_children(pid: int) -> list[int]:
-    found = [pid]
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as children:
-                found += [int(child) for child in children.read().split()]
-    return found
 
 
 # --- the Python API -----------------------------------------------------------------------
@@ -692,6 +479,7 @@ def stacks(
 
 
 __all__ = [
+    "AggregationError",
     "AggregationRun",
     "Request",
     "count",

@@ -67,8 +67,8 @@ class StackResolver:
                 record = self.user_record
                 if record is None:
                     return ()
-                pcs = [address for address in record if address]
-                pcs = pcs[: next((i for i, a in enumerate(record) if not a), len(record))]
+                end = record.index(0) if 0 in record else len(record)
+                pcs = list(record[:end])  # the kernel zero-fills after the last entry
                 if at_entry and caller is not None and pcs:
                     pcs.insert(1, caller(event))
                 return symbolizer.user_stack(event.pid, pcs)

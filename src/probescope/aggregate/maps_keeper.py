@@ -19,6 +19,13 @@ import signal
 import struct
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probescope.aggregate.symbolize import ProcessMaps
+
+MAPS_POLL_SECONDS = 0.01
+"""How often the watcher reads the maps of the processes it watches."""
 
 PTRACE_CONT = 7
 PTRACE_GETEVENTMSG = 0x4201
@@ -156,3 +163,40 @@ def _send_maps(pid: int, out: int) -> None:
         return
     with contextlib.suppress(OSError):
         os.write(out, _HEADER.pack(pid, len(text)) + text)
+
+
+class MapsWatcher:
+    """Reads the target processes' maps every few milliseconds while they live, so addresses
+    of a process that exits before its events are aggregated still find their files."""
+
+    def __init__(self, maps: ProcessMaps, pids: tuple[int, ...]) -> None:
+        self.maps = maps
+        self.pids = pids
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="probescope-maps", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            alive = False
+            for pid in self.pids:
+                for tid in _process_and_children(pid):
+                    alive = self.maps.read(tid) or alive
+            if not alive and all(self.maps.known(pid) for pid in self.pids):
+                return
+            self._stop.wait(MAPS_POLL_SECONDS)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
+def _process_and_children(pid: int) -> list[int]:
+    found = [pid]
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                found += [int(child) for child in children.read().split()]
+    return found
