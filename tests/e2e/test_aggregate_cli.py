@@ -124,3 +124,26 @@ def test_latency_evented_profile(workload: Path, tmp_path: Path) -> None:
     (profile,) = json.loads(path.read_text())["profiles"]
     assert profile["type"] == "evented"
     assert sum(e["type"] == "O" for e in profile["events"]) == 1973
+
+
+@pytest.mark.root
+def test_ctrl_c_prints_the_last_values(workload: Path) -> None:
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "probescope", "count", f"{workload}:nap", "-c",
+         f"{workload} nap 100 50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    time.sleep(2.0)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    (line,) = [line for line in stdout.splitlines() if line.startswith("@count")]
+    assert 0 < int(line.split(": ")[1]) < 100
+    assert "was still running: terminated" in stderr
