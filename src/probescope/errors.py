@@ -65,6 +65,10 @@ class SpecErrors(SpecError):
         return "\n".join(e.render() for e in self.errors)
 
 
+class ProcessError(ProbescopeError):
+    """A process that cannot be found or read in /proc (it exited, or belongs to another user)."""
+
+
 class SymbolError(ProbescopeError):
     """A target, library or symbol that cannot be found or turned into a file offset."""
 

@@ -16,8 +16,9 @@ from typing import TextIO
 
 from probescope.symbols.elfimage import ElfImage
 from probescope.symbols.locate import locate_binary
-from probescope.symbols.maps import Mapping, mappings_of
+from probescope.symbols.maps import mappings_of
 from probescope.symbols.usdt import UsdtProbe, UsdtSite, usdt_probes
+from probescope.system.maps import Mapping
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,8 +9,9 @@ from typing import TextIO
 
 from probescope.symbols.function import FunctionSymbol
 from probescope.symbols.locate import locate_binary
-from probescope.symbols.maps import Mapping, mappings_of
+from probescope.symbols.maps import mappings_of
 from probescope.symbols.table import SymbolTable
+from probescope.system.maps import Mapping
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

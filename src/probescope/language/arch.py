@@ -5,6 +5,8 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 
+from probescope.language import x86_64_registers
+
 
 @dataclass(frozen=True)
 class Arch:
@@ -28,10 +30,7 @@ class Arch:
 
 X86_64 = Arch(
     name="x86_64",
-    registers=frozenset(
-        [f"r{n}" for n in range(8, 16)]
-        + ["bx", "cx", "dx", "si", "di", "bp", "ax", "orig_ax", "ip", "cs", "flags", "sp", "ss"]
-    ),
+    registers=x86_64_registers.KERNEL_NAMES,
     arg_registers=("di", "si", "dx", "cx", "r8", "r9"),
     return_register="ax",
     stack_pointer="sp",
@@ -58,10 +57,4 @@ def host_arch() -> Arch:
 
 
 # Friendly spellings users bring from assemblers and other tracers, mapped to kernel names.
-X86_64_REGISTER_ALIASES = {
-    **{f"r{r}": r for r in ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip")},
-    **{f"e{r}": r for r in ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip")},
-    "rflags": "flags",
-    "eflags": "flags",
-    "pc": "ip",
-}
+X86_64_REGISTER_ALIASES = x86_64_registers.FRIENDLY_ALIASES

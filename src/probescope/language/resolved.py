@@ -16,6 +16,11 @@ class ResolvedProbe:
     the other fields say where that offset came from, so engines and sinks can name it.
     `path` is the file as probescope opens it (through `/proc/PID/root` for a process in a
     container); `function_offset` is the file offset of the enclosing function's first byte.
+
+    Facts symbols/ found about the file, so that engines need not read it again:
+    `boundary_checked` says `offset` was checked to be an instruction boundary in code
+    (symbols.insn.check_probe_offset); `go_binary` whether Go linked the file (its runtime
+    moves goroutine stacks under hijacked return addresses), None when nobody looked.
     """
 
     spec: ProbeSpec | TracepointSpec | FunctionSpec
@@ -31,6 +36,8 @@ class ResolvedProbe:
     device: int | None = None
     inode: int | None = None
     build_id: str | None = None
+    boundary_checked: bool = False
+    go_binary: bool | None = None
 
     @property
     def on_function_entry(self) -> bool:

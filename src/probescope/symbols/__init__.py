@@ -6,9 +6,11 @@ The public API, by job:
   `.match(glob)`, `.function_at_offset(offset)` (cached on disk by file identity);
 - check a probe site: `check_probe_offset(path, offset, function)`;
 - IFUNCs: `resolve_ifunc(path, function)`, `ifunc_implementations(function, table)`;
-- processes: `read_maps(pid)`, `runtime_address(pid, file, offset)`,
-  `file_offset_of_address(pid, address)`;
-- files: `file_identity(path)`, `ElfImage.from_path(path)` (`.build_id`, `.notes()`, ...).
+- processes (their maps are system/maps.py's): `mappings_of(pid, file)`,
+  `runtime_address(pid, file, offset)`, `file_offset_of_address(pid, address)`;
+- files: `file_identity(path)`, `ElfImage.from_path(path)` (`.build_id`, `.notes()`, ...);
+- what a user-space tracer needs of the binaries of a process (linker.py: the dynamic linker's
+  rendezvous; unwinder.py: the exception unwinder's entry points; `SymbolTable.is_go`).
 
 Submodules load on first use, so `import probescope.symbols` stays cheap for the hot path
 (a cached table lookup) that needs only the table and its cache.
@@ -27,9 +29,8 @@ if TYPE_CHECKING:
     from probescope.symbols.insn import check_probe_offset
     from probescope.symbols.locate import locate_binary
     from probescope.symbols.maps import (
-        Mapping,
         file_offset_of_address,
-        read_maps,
+        mappings_of,
         runtime_address,
         runtime_addresses,
     )
@@ -44,9 +45,8 @@ _HOMES = {
     "resolve_ifunc": "ifunc",
     "check_probe_offset": "insn",
     "locate_binary": "locate",
-    "Mapping": "maps",
     "file_offset_of_address": "maps",
-    "read_maps": "maps",
+    "mappings_of": "maps",
     "runtime_address": "maps",
     "runtime_addresses": "maps",
     "SymbolTable": "table",
@@ -61,7 +61,6 @@ __all__ = [
     "ElfImage",
     "FileIdentity",
     "FunctionSymbol",
-    "Mapping",
     "SymbolTable",
     "UsdtArg",
     "UsdtProbe",
@@ -72,7 +71,7 @@ __all__ = [
     "find_usdt",
     "ifunc_implementations",
     "locate_binary",
-    "read_maps",
+    "mappings_of",
     "resolve_ifunc",
     "runtime_address",
     "runtime_addresses",

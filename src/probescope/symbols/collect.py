@@ -38,6 +38,8 @@ _BINDING_OF = tuple(BINDING_NAMES.get(bind, "global") for bind in range(16))
 # (name, version, hidden, st_info bind, st_info type, st_size, source) of one entry
 _Entry = tuple[str, str | None, bool, int, int, int, str]
 _NONE = SymbolVersion(None, False)
+# The Go linker writes one of these into every binary it links.
+GO_SECTIONS = (".go.buildinfo", ".note.go.buildid")
 
 
 class Functions(NamedTuple):
@@ -55,6 +57,7 @@ class Functions(NamedTuple):
     has_symtab: bool
     debug_notes: tuple[str, ...]
     checked: tuple[str, ...]
+    is_go: bool
 
 
 def read_functions(
@@ -134,6 +137,7 @@ def read_functions(
             symtab is not None,
             notes,
             checked,
+            any(image.section(name) is not None for name in GO_SECTIONS),
         )
     finally:
         if own_image:

@@ -17,8 +17,9 @@ from typing import Any
 from probescope.errors import SymbolError
 from probescope.symbols.function import FunctionSymbol
 from probescope.symbols.insn import code_references, decode, disassembler, function_code
-from probescope.symbols.maps import file_offset_of_address, mappings_of, read_maps
+from probescope.symbols.maps import file_offset_of_address, mappings_of
 from probescope.symbols.table import SymbolTable
+from probescope.system.maps import read_maps
 
 RESOLVER_LIMIT = 4096  # bytes decoded when the resolver has no st_size
 DT_FLAGS_1, DF_1_PIE = 0x6FFFFFFB, 0x08000000

@@ -117,6 +117,21 @@ def check_probe_offset(
         _check_decoded(path, table, function, offset)
 
 
+def check_probe_site(
+    path: str | os.PathLike[str], offset: int, function_offset: int | None = None
+) -> None:
+    """check_probe_offset for a probe built without a FunctionSymbol at hand (a kernel-grammar
+    spec taken as given): the enclosing function is the one starting at `function_offset`
+    when given, else the one `offset` falls in."""
+    table = SymbolTable.for_path(path)
+    function = None
+    if function_offset is not None:
+        function = table.function_at_offset(function_offset)
+        if function is not None and function.offset != function_offset:
+            function = None
+    check_probe_offset(path, offset, function, table=table)
+
+
 def _function_end(table: SymbolTable, function: FunctionSymbol) -> int:
     """End offset of `function`: its st_size, or up to the next function when it has none."""
     if function.size:

@@ -14,10 +14,12 @@ import stat
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from probescope.errors import SymbolError
+from probescope.errors import ProcessError, SymbolError
 from probescope.symbols.elfimage import ELF_MAGIC
 from probescope.symbols.ldcache import read_ld_cache
-from probescope.symbols.maps import Mapping, mapped_file_path, process_root, read_maps
+from probescope.symbols.maps import map_files_path, mapped_file_path
+from probescope.system.maps import read_maps
+from probescope.system.procfs import environment_variable, process_root
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,6 +53,13 @@ def locate_binary(target: str, pid: int | None = None, *, root: str | None = Non
         raise SymbolError("empty target", hint="name a binary, a command or a library")
     if root is not None and pid is not None:
         raise SymbolError("give either a pid or a root directory, not both")
+    try:
+        return _locate(target, pid, root)
+    except ProcessError as error:  # the process exited or is not ours: the target is not found
+        raise SymbolError(error.message, hint=error.hint) from None
+
+
+def _locate(target: str, pid: int | None, root: str | None) -> Path:
     if root is None:
         root = "" if pid is None else process_root(pid)
     root = root.rstrip("/")
@@ -142,22 +151,10 @@ def _mapped_candidates(pid: int, root: str, target: str) -> list[str]:
         if name == target or library_name_matches(name, target):
             path = mapped_file_path(pid, mapping, root)
             if path is None and mapping.deleted:
-                path = _deleted_file_path(pid, mapping)
+                path = map_files_path(pid, mapping)
             if path is not None:
                 found[(mapping.device, mapping.inode)] = path
     return sorted(set(found.values()))
-
-
-def _deleted_file_path(pid: int, mapping: Mapping) -> str | None:
-    """`/proc/PID/map_files/START-END` for a file deleted since it was mapped (a library
-    upgraded under a running process): the magic link still reaches the mapped inode, and the
-    kernel follows it when a uprobe names it."""
-    path = f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return path if st.st_ino == mapping.inode else None
 
 
 def _command(root: str, name: str, pid: int | None) -> Path | None:
@@ -184,14 +181,8 @@ def _command(root: str, name: str, pid: int | None) -> Path | None:
 
 def _process_path(pid: int) -> str:
     """PATH from the process's environment, else the default one."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as stream:
-            for item in stream.read().split(b"\0"):
-                if item.startswith(b"PATH="):
-                    return item[5:].decode("utf-8", "surrogateescape")
-    except OSError:
-        pass
-    return DEFAULT_PATH
+    value = environment_variable(pid, "PATH")
+    return DEFAULT_PATH if value is None else value
 
 
 def _machine_of(path: str) -> tuple[int, int] | None:

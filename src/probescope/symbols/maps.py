@@ -1,6 +1,8 @@
-"""`/proc/PID/maps`: which file bytes a process mapped where, and file offset ↔ runtime address.
+"""Which file a process mapped where, in the symbols layer's terms: the mappings of a binary,
+the runtime address of a file offset (and back), and a path through which a mapped file opens.
 
-The kernel places a uprobe at `offset_to_vaddr`: in every mapping of the probed inode with
+The maps lines themselves are system/maps.py's; here they are matched against files. The kernel
+places a uprobe at `offset_to_vaddr`: in every mapping of the probed inode with
 `pgoff ≤ offset < pgoff + (end − start)`, the address is `start + offset − pgoff`. The same rule,
 run backwards, turns an address seen in a process (a backtrace, a `dlsym` result) into the file
 offset a uprobe takes.
@@ -10,112 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from probescope.errors import SymbolError
 from probescope.symbols.identity import FileIdentity, stat_identity
+from probescope.system.maps import Mapping, mapping_at, read_maps
+from probescope.system.procfs import process_root
 
 Target = str | os.PathLike[str] | FileIdentity | tuple[int, int]
-
-
-class Mapping(NamedTuple):
-    """One line of `/proc/PID/maps`. `offset` is the kernel's pgoff in bytes, `path` the
-    pathname as the process sees it (None for anonymous memory; `[heap]`, `[vdso]` … kept)."""
-
-    start: int
-    end: int
-    perms: str
-    offset: int
-    device: int
-    inode: int
-    path: str | None
-    deleted: bool = False
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
-
-    @property
-    def executable(self) -> bool:
-        return "x" in self.perms
-
-    @property
-    def is_file(self) -> bool:
-        return self.inode != 0 and self.path is not None and not self.path.startswith("[")
-
-    def contains_address(self, address: int) -> bool:
-        return self.start <= address < self.end
-
-    def contains_file_offset(self, file_offset: int) -> bool:
-        return self.offset <= file_offset < self.offset + (self.end - self.start)
-
-    def address_of(self, file_offset: int) -> int:
-        return self.start + file_offset - self.offset
-
-    def file_offset_of(self, address: int) -> int:
-        return address - self.start + self.offset
-
-
-def parse_maps(text: str) -> list[Mapping]:
-    """Parse the text of a maps file (`start-end perms pgoff major:minor inode [path]`)."""
-    mappings = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line:
-            continue
-        fields = line.split(None, 5)
-        if len(fields) < 5:
-            raise SymbolError(f"unexpected line {number} in a maps file: {line!r}")
-        try:
-            start_text, end_text = fields[0].split("-")
-            major, minor = fields[3].split(":")
-            start, end = int(start_text, 16), int(end_text, 16)
-            offset = int(fields[2], 16)
-            device = os.makedev(int(major, 16), int(minor, 16))
-            inode = int(fields[4])
-        except ValueError:
-            raise SymbolError(f"unexpected line {number} in a maps file: {line!r}") from None
-        path = fields[5] if len(fields) > 5 else None
-        deleted = False
-        if path is not None and inode and path.endswith(" (deleted)"):
-            path, deleted = path[: -len(" (deleted)")], True
-        mappings.append(Mapping(start, end, fields[1], offset, device, inode, path, deleted))
-    return mappings
-
-
-def read_maps(pid: int | str = "self") -> list[Mapping]:
-    """The mappings of process `pid` (or `"self"`)."""
-    try:
-        with open(f"/proc/{pid}/maps") as stream:
-            text = stream.read()
-    except FileNotFoundError:
-        raise SymbolError(
-            f"no process with pid {pid}", hint="check the pid (it may have exited)"
-        ) from None
-    except PermissionError:
-        raise SymbolError(
-            f"cannot read /proc/{pid}/maps: permission denied",
-            hint="inspecting another user's process needs root (or CAP_SYS_PTRACE)",
-        ) from None
-    return parse_maps(text)
-
-
-def process_root(pid: int | str) -> str:
-    """The path prefix through which probescope sees files as process `pid` sees them.
-
-    `""` when the process shares probescope's root directory, else `/proc/PID/root`.
-    """
-    root = f"/proc/{pid}/root"
-    ours, theirs = stat_identity("/"), stat_identity(root)
-    if theirs is None:
-        if not os.path.exists(f"/proc/{pid}"):
-            raise SymbolError(f"no process with pid {pid}", hint="check the pid")
-        raise SymbolError(
-            f"cannot open {root}: permission denied",
-            hint="looking into another user's process needs root (or CAP_SYS_PTRACE)",
-        )
-    if ours is not None and ours.key == theirs.key:
-        return ""
-    return root
 
 
 def mapped_file_path(pid: int | str, mapping: Mapping, root: str | None = None) -> str | None:
@@ -138,6 +41,21 @@ def mapped_file_path(pid: int | str, mapping: Mapping, root: str | None = None) 
             if not exact or identity.device == mapping.device:
                 return candidate
     return None
+
+
+def map_files_path(pid: int | str, mapping: Mapping) -> str | None:
+    """`/proc/PID/map_files/START-END` when it reaches the mapped inode (it does for a file
+    deleted since it was mapped, a library upgraded under a running process; the kernel follows
+    the magic link when a uprobe names it), else None."""
+    path = f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
+    identity = stat_identity(path)
+    return path if identity is not None and identity.inode == mapping.inode else None
+
+
+def mapped_file(pid: int | str, mapping: Mapping, root: str | None = None) -> str | None:
+    """A path that opens the file `mapping` shows: mapped_file_path's, else its map_files
+    link, else None. ProcessError when `root` is not given and the process is gone."""
+    return mapped_file_path(pid, mapping, root) or map_files_path(pid, mapping)
 
 
 class _Matcher:
@@ -233,21 +151,11 @@ def runtime_address(
     return covering[0].address_of(file_offset)
 
 
-def mapping_at(
-    pid: int | str, address: int, maps: Sequence[Mapping] | None = None
-) -> Mapping | None:
-    """The mapping that holds `address` in `pid`, or None."""
-    for mapping in read_maps(pid) if maps is None else maps:
-        if mapping.contains_address(address):
-            return mapping
-    return None
-
-
 def file_offset_of_address(
     pid: int | str, address: int, maps: Sequence[Mapping] | None = None
 ) -> tuple[Mapping, int] | None:
     """(mapping, file offset) of a runtime address that lies in a file mapping, else None."""
-    mapping = mapping_at(pid, address, maps)
+    mapping = mapping_at(read_maps(pid) if maps is None else maps, address)
     if mapping is None or not mapping.is_file:
         return None
     return mapping, mapping.file_offset_of(address)

@@ -129,7 +129,7 @@ def _resolve_kernel_uprobe(spec: ProbeSpec) -> ResolvedProbe:
     except SymbolError as error:
         offset_column = None if column is None else column + len(location.path) + 1
         raise SpecError(error.message, spec=text, column=offset_column, hint=error.hint) from None
-    return _resolved(spec, location.path, location.offset, function, location.ref_ctr_offset)
+    return _resolved(spec, location.path, location.offset, function, location.ref_ctr_offset, table)
 
 
 def _table(path: str, text: str, column: int | None) -> SymbolTable:
@@ -201,7 +201,7 @@ def _resolve_friendly(
             args=args,
             source=text,
         )
-        resolved.append(_resolved(spec, path, offset, function, None))
+        resolved.append(_resolved(spec, path, offset, function, None, table))
     return resolved
 
 
@@ -314,7 +314,9 @@ def _resolved(
     offset: int,
     function: FunctionSymbol | None,
     ref_ctr_offset: int | None,
+    table: SymbolTable,
 ) -> ResolvedProbe:
+    """The probe at `offset`, checked to be an instruction boundary (or a function's entry)."""
     stat = os.stat(path)
     return ResolvedProbe(
         spec=spec,
@@ -329,6 +331,8 @@ def _resolved(
         vaddr=(function.vaddr + offset - function.offset) if function else None,
         device=stat.st_dev,
         inode=stat.st_ino,
+        boundary_checked=True,
+        go_binary=table.is_go,
     )
 
 

@@ -41,7 +41,8 @@ class SymbolTable:
 
     Build one with `SymbolTable.for_path(path)` (cached). `functions` lists every function;
     `lookup(name)` finds one by `name`, `name@VER` or `name@@VER`; `match(glob)` finds many;
-    `function_at_offset(offset)` finds the function containing a file offset.
+    `function_at_offset(offset)` finds the function containing a file offset. `is_go` says the
+    Go linker made the file (return probes must stay out of it).
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class SymbolTable:
         debug_file: str | None,
         has_symtab: bool,
         debug_notes: tuple[str, ...] = (),
+        is_go: bool = False,
         from_cache: bool = False,
     ) -> None:
         self.path = path
@@ -75,6 +77,7 @@ class SymbolTable:
         self.debug_file = debug_file
         self.has_symtab = has_symtab
         self.debug_notes = debug_notes
+        self.is_go = is_go  # linked by Go: its runtime moves goroutine stacks
         self.from_cache = from_cache
         self._starts: list[int] | None = None
 
@@ -156,6 +159,7 @@ class SymbolTable:
             debug_file=found.debug_file,
             has_symtab=found.has_symtab,
             debug_notes=found.debug_notes,
+            is_go=found.is_go,
         )
         return table, cache.dependencies(found.checked)
 
@@ -178,6 +182,7 @@ class SymbolTable:
             self.debug_file,
             self.has_symtab,
             self.debug_notes,
+            self.is_go,
             self._package,
         )
 
@@ -195,6 +200,7 @@ class SymbolTable:
             debug_file,
             has_symtab,
             notes,
+            is_go,
             package,
         ) = state
         make = partial(tuple.__new__, FunctionSymbol)
@@ -212,6 +218,7 @@ class SymbolTable:
             debug_file=debug_file,
             has_symtab=has_symtab,
             debug_notes=tuple(notes),
+            is_go=is_go,
             from_cache=True,
         )
         table._package = package
@@ -376,7 +383,7 @@ class SymbolTable:
             try:
                 return [self.lookup(pattern)]
             except SymbolError:
-                return self._exact_all(pattern)
+                return self.functions_named(pattern)
         regex = re.compile(fnmatch.translate(pattern))
         versioned = "@" in pattern
         found = []
@@ -388,7 +395,9 @@ class SymbolTable:
                 found.append(function)
         return found
 
-    def _exact_all(self, name: str) -> list[FunctionSymbol]:
+    def functions_named(self, name: str) -> list[FunctionSymbol]:
+        """Every function spelled `name` (`name`, `name@VER`, `name@@VER`), sorted by offset;
+        empty when there is none — unlike `lookup`, never an error and never a suggestion."""
         plain, version, default = split_versioned_name(name)
         numbers = {
             c[0]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from probescope.language.arch import ARM64, X86_64
+from probescope.language.x86_64_registers import ASSEMBLER_NAMES, HIGH_BYTE_NAMES
 from probescope.symbols.elfimage import EM_386, EM_AARCH64, EM_X86_64, MACHINE_NAMES
 
 STRING_TYPES = frozenset({"string", "ustring"})
@@ -155,35 +156,9 @@ def _split(arguments: str, long_size: int) -> list[_RawArg]:
 # ---- x86 (AT&T) operands --------------------------------------------------------------------
 
 
-def _x86_register_table() -> dict[str, tuple[str, int]]:
-    table: dict[str, tuple[str, int]] = {}
-    for kernel in ("ax", "bx", "cx", "dx"):
-        letter = kernel[0]
-        table.update({f"r{kernel}": (kernel, 8), f"e{kernel}": (kernel, 4), kernel: (kernel, 2)})
-        table[f"{letter}l"] = (kernel, 1)
-    for kernel in ("si", "di", "bp", "sp"):
-        table.update({f"r{kernel}": (kernel, 8), f"e{kernel}": (kernel, 4), kernel: (kernel, 2)})
-        table[f"{kernel}l"] = (kernel, 1)
-    for number in range(8, 16):
-        kernel = f"r{number}"
-        table.update(
-            {
-                kernel: (kernel, 8),
-                f"{kernel}d": (kernel, 4),
-                f"{kernel}w": (kernel, 2),
-                f"{kernel}b": (kernel, 1),
-                f"{kernel}l": (kernel, 1),
-            }
-        )
-    table.update({"rip": ("ip", 8), "eip": ("ip", 4)})
-    return table
-
-
-X86_REGISTERS = _x86_register_table()
-_X86_HIGH_BYTES = frozenset({"ah", "bh", "ch", "dh"})
 _X86_64_ONLY = frozenset(
     name
-    for name, (kernel, width) in X86_REGISTERS.items()
+    for name, (kernel, width) in ASSEMBLER_NAMES.items()
     if kernel.startswith("r") or width == 8 or name in ("sil", "dil", "bpl", "spl")
 )
 
@@ -227,13 +202,13 @@ def _expression(text: str) -> tuple[int, str | None]:
 
 def _x86_register(name: str, is_64bit: bool) -> tuple[str, int]:
     bare = name[1:] if name.startswith("%") else name
-    if bare in _X86_HIGH_BYTES:
+    if bare in HIGH_BYTE_NAMES:
         raise _OperandError(
             f"%{bare} is bits 8-15 of %{bare[0]}x, which a fetcharg cannot shift out"
         )
     if bare.startswith(("xmm", "ymm", "zmm", "st", "mm")):
         raise _OperandError(f"floating-point/vector register %{bare} cannot be fetched by a uprobe")
-    found = X86_REGISTERS.get(bare)
+    found = ASSEMBLER_NAMES.get(bare)
     if found is None or (not is_64bit and bare in _X86_64_ONLY):
         raise _OperandError(f"unknown register %{bare}")
     return found

@@ -91,5 +91,33 @@ def test_probe_inside_an_instruction_is_refused(target):
     inside = replace(
         good, offset=good.offset + 2, spec=good.spec, symbol_offset=good.symbol_offset + 2
     )
-    with pytest.raises(PtraceError, match="inside the instruction 'mov rax"):
+    with pytest.raises(PtraceError, match=r"inside the instruction at 0x[0-9a-f]+ \(mov rax"):
         run_traced([inside], [path])
+
+
+GO_LOOKALIKE = r"""
+__attribute__((used, section(".go.buildinfo"))) static const char buildinfo[32] =
+    "\xff Go buildinf:";
+__attribute__((noinline)) int work(int x) { return x + 1; }
+int main(int argc, char **argv) { (void)argv; return work(argc) - 2; }
+"""
+
+
+def test_return_probes_on_go_binaries_are_refused(build):
+    """Whether Go linked the file travels on the ResolvedProbe from resolving; a probe built
+    from kernel grammar alone gets it from symbols/ at attach time."""
+    from probescope.errors import PtraceError
+    from probescope.symbols.resolve import resolve_specs
+
+    path = build(GO_LOOKALIKE, "go_lookalike")
+    (resolved,) = resolve_specs([f"r:{path}:work"])
+    assert resolved.go_binary is True and resolved.boundary_checked
+    with pytest.raises(PtraceError, match="return probes on Go binaries are refused"):
+        run_traced([resolved], [str(path)])
+    by_hand = make_probe(path, "work", kind="r")
+    assert by_hand.go_binary is None
+    with pytest.raises(PtraceError, match="return probes on Go binaries are refused"):
+        run_traced([by_hand], [str(path)])
+    entry = make_probe(path, "work")  # entry probes are fine
+    run = run_traced([entry], [str(path)])
+    assert len(run.named("work")) == 1

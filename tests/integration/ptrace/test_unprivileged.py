@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from integration.ptrace.harness import text_differences
-from probescope.engines.ptrace import procfs
+from probescope.system import procfs
 
 USER = "probescope-test"
 DRIVER = Path(__file__).with_name("tracer_driver.py")

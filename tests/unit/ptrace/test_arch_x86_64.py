@@ -8,6 +8,8 @@ import struct
 import pytest
 
 from probescope.engines.ptrace import arch_x86_64 as arch
+from probescope.engines.ptrace import insn_rules_x86_64 as rules
+from probescope.engines.ptrace import insn_x86_64 as instruction
 
 SITE = 0x5555_5555_1000
 SLOT = 0x5555_5554_0000
@@ -60,8 +62,8 @@ class FakeMemory:
     ],
 )
 def test_the_kernels_refusals(code, reason):
-    with pytest.raises(arch.UnsupportedInstruction, match=reason):
-        arch.analyze(code + b"\x90" * 8, SITE)
+    with pytest.raises(rules.UnsupportedInstruction, match=reason):
+        instruction.analyze(code + b"\x90" * 8, SITE)
 
 
 @pytest.mark.parametrize(
@@ -78,12 +80,12 @@ def test_the_kernels_refusals(code, reason):
     ],
 )
 def test_instructions_the_kernel_accepts(code):
-    assert arch.kernel_refusal(code) is None
-    arch.analyze(code + b"\x90" * 8, SITE)
+    assert rules.kernel_refusal(code) is None
+    instruction.analyze(code + b"\x90" * 8, SITE)
 
 
 def _decode(code: bytes, address: int):
-    insn = arch.decode(code, address)
+    insn = instruction.decode(code, address)
     assert insn is not None
     return insn
 
@@ -91,7 +93,7 @@ def _decode(code: bytes, address: int):
 def test_rip_relative_slot_keeps_the_absolute_target():
     code = b"\x48\x8b\x05\x10\x20\x00\x00"  # mov 0x2010(%rip),%rax
     target = SITE + 7 + 0x2010
-    insn = arch.analyze(code + b"\x90" * 8, SITE)
+    insn = instruction.analyze(code + b"\x90" * 8, SITE)
     slot = insn.slot_code(SLOT)
     assert slot is not None
     moved = _decode(slot, SLOT)
@@ -103,25 +105,25 @@ def test_rip_relative_slot_keeps_the_absolute_target():
 
 def test_rip_relative_out_of_reach_needs_the_step_form():
     code = b"\x48\x89\x3d\x00\x01\x00\x00"  # mov %rdi,0x100(%rip)
-    insn = arch.analyze(code, SITE)
+    insn = instruction.analyze(code, SITE)
     assert insn.slot_code(SITE + (3 << 31)) is None
     plan = insn.step_plan()
     assert plan.scratch in ("rsi", "rbx")  # not rdi: it is the instruction's register
     step = _decode(plan.code, 0)
     assert step.size == len(code)
     assert step.op_str == f"qword ptr [{plan.scratch} + 0x100], rdi"
-    assert plan.fixups == arch.FIX_IP
+    assert plan.fixups == instruction.FIX_IP
 
 
 def test_step_form_of_an_indirect_call_fixes_the_return_address():
-    plan = arch.analyze(b"\xff\x15\x10\x00\x00\x00", SITE).step_plan()
-    assert plan.fixups == arch.FIX_CALL
+    plan = instruction.analyze(b"\xff\x15\x10\x00\x00\x00", SITE).step_plan()
+    assert plan.fixups == instruction.FIX_CALL
     assert plan.scratch == "rsi"
     assert _decode(plan.code, 0).op_str == "qword ptr [rsi + 0x10]"
 
 
 def test_far_return_keeps_its_ip():
-    assert arch.analyze(b"\xc3", SITE).step_plan().fixups == 0
+    assert instruction.analyze(b"\xc3", SITE).step_plan().fixups == 0
 
 
 @pytest.mark.parametrize(
@@ -144,12 +146,12 @@ def test_far_return_keeps_its_ip():
     ],
 )
 def test_condition_table(opcode, flags, taken):
-    assert arch.condition_holds(opcode, flags) is taken
+    assert rules.condition_holds(opcode, flags) is taken
 
 
 def test_jcc_emulation_and_slot():
     code = b"\x0f\x84\x00\x01\x00\x00"  # je +0x100
-    insn = arch.analyze(code, SITE)
+    insn = instruction.analyze(code, SITE)
     assert insn.emulation is not None
     regs = arch.Registers()
     regs.eflags = 0x40
@@ -167,7 +169,7 @@ def test_jcc_emulation_and_slot():
 
 
 def test_loop_emulation_counts_down():
-    insn = arch.analyze(b"\xe2\xfa", SITE)  # loop -6
+    insn = instruction.analyze(b"\xe2\xfa", SITE)  # loop -6
     regs = arch.Registers()
     regs.rcx = 2
     insn.emulation.apply(regs, FakeMemory())
@@ -177,7 +179,7 @@ def test_loop_emulation_counts_down():
 
 
 def test_call_emulation_pushes_the_real_return_address():
-    insn = arch.analyze(b"\xe8\x10\x00\x00\x00", SITE)
+    insn = instruction.analyze(b"\xe8\x10\x00\x00\x00", SITE)
     regs = arch.Registers()
     regs.rsp = 0x7FFF_0000
     memory = FakeMemory()
@@ -189,14 +191,14 @@ def test_call_emulation_pushes_the_real_return_address():
 
 def test_indirect_call_through_memory_with_index_and_fs():
     # call *0x8(%rax,%rbx,4)  and  call *%fs:0x10
-    insn = arch.analyze(b"\xff\x54\x98\x08", SITE)
+    insn = instruction.analyze(b"\xff\x54\x98\x08", SITE)
     regs = arch.Registers()
     regs.rax, regs.rbx, regs.rsp = 0x1000, 0x10, 0x7000
     memory = FakeMemory({0x1000 + 0x40 + 8: struct.pack("<Q", 0xDEAD000)})
     assert insn.emulation.apply(regs, memory)
     assert regs.rip == 0xDEAD000
     assert memory.read(0x7000 - 8, 8) == struct.pack("<Q", SITE + 4)
-    insn = arch.analyze(b"\x64\xff\x14\x25\x10\x00\x00\x00", SITE)
+    insn = instruction.analyze(b"\x64\xff\x14\x25\x10\x00\x00\x00", SITE)
     regs.fs_base, regs.rsp = 0x9000, 0x7000
     memory.store(0x9010, struct.pack("<Q", 0xBEEF000))
     assert insn.emulation.apply(regs, memory)
@@ -204,7 +206,7 @@ def test_indirect_call_through_memory_with_index_and_fs():
 
 
 def test_unreadable_indirect_call_target_falls_back_to_the_slot():
-    insn = arch.analyze(b"\xff\x15\x00\x00\x00\x00", SITE)
+    insn = instruction.analyze(b"\xff\x15\x00\x00\x00\x00", SITE)
     regs = arch.Registers()
     regs.rsp = 0x7000
     assert insn.emulation.apply(regs, FakeMemory()) is False
@@ -213,15 +215,15 @@ def test_unreadable_indirect_call_target_falls_back_to_the_slot():
 
 def test_nops_and_endbr_are_skipped():
     for code in (b"\x90", b"\x0f\x1f\x44\x00\x00", b"\xf3\x0f\x1e\xfa"):
-        insn = arch.analyze(code + b"\xcc" * 8, SITE)
+        insn = instruction.analyze(code + b"\xcc" * 8, SITE)
         regs = arch.Registers()
         insn.emulation.apply(regs, FakeMemory())
         assert regs.rip == SITE + len(code)
-    assert arch.analyze(b"\x41\x90", SITE).emulation is None  # xchg %eax,%r8d
+    assert instruction.analyze(b"\x41\x90", SITE).emulation is None  # xchg %eax,%r8d
 
 
 def test_call_slot_returns_to_the_instruction_after_the_call():
-    insn = arch.analyze(b"\xe8\x00\x10\x00\x00", SITE)
+    insn = instruction.analyze(b"\xe8\x00\x10\x00\x00", SITE)
     slot = insn.slot_code(SLOT)
     assert slot is not None and len(slot) <= arch.SLOT_SIZE
     call = _decode(slot, SLOT)
@@ -230,13 +232,6 @@ def test_call_slot_returns_to_the_instruction_after_the_call():
     skip = _decode(slot[6:], SLOT + 6)
     assert skip.mnemonic == "jmp" and skip.operands[0].imm == SLOT + 16
     assert struct.unpack_from("<Q", slot, 16 + 6)[0] == SITE + 5
-
-
-def test_boundary_check():
-    code = b"\x55\x48\x89\xe5\x48\x8b\x05\x00\x00\x00\x00\xc3"
-    arch.check_boundary(code, 0x1000, 0x1004)
-    with pytest.raises(arch.UnsupportedInstruction, match=r"inside the instruction 'mov rbp"):
-        arch.check_boundary(code, 0x1000, 0x1002)
 
 
 def test_syscall_setup_blocks_restart():

@@ -1,8 +1,11 @@
-"""/proc/PID/maps parsing, offset_to_vaddr, and where XOL pages go in an address space."""
+"""Where XOL pages go in an address space (its maps parsed by system/maps.py)."""
 
 from __future__ import annotations
 
-from probescope.engines.ptrace import procfs, xol
+import os
+
+from probescope.engines.ptrace import xol
+from probescope.system.maps import gaps, parse_maps
 
 # A no-ASLR layout of a PIE program on x86_64 (setarch -R), trimmed.
 MAPS = """\
@@ -21,24 +24,24 @@ MAPS = """\
 
 
 def test_parse_maps():
-    mappings = procfs.parse_maps(MAPS)
+    mappings = parse_maps(MAPS)
     text = mappings[1]
     assert (text.start, text.end, text.offset) == (0x555555555000, 0x555555556000, 0x1000)
     assert text.executable and text.private and not text.writable
-    assert text.file_key == (0xFE, 0, 1234)
-    assert text.contains_offset(0x1139) and not text.contains_offset(0x2000)
+    assert text.file_key == (os.makedev(0xFE, 0), 1234)
+    assert text.contains_file_offset(0x1139) and not text.contains_file_offset(0x2000)
     assert text.address_of(0x1139) == 0x555555555139
     assert mappings[4].path == "[heap]" and mappings[4].inode == 0
 
 
 def test_gaps():
-    mappings = procfs.parse_maps(MAPS)
-    found = list(procfs.gaps(mappings, 0x555555550000, 0x555555560000))
+    mappings = parse_maps(MAPS)
+    found = list(gaps(mappings, 0x555555550000, 0x555555560000))
     assert found == [(0x555555550000, 0x555555554000), (0x555555557000, 0x555555558000)]
 
 
 def test_libraries_get_pages_in_the_stack_gap_not_in_mmap_space():
-    mappings = procfs.parse_maps(MAPS)
+    mappings = parse_maps(MAPS)
     libc_text = mappings[6]
     first = next(xol.candidate_starts(mappings, libc_text.start, libc_text.end, 4096, 8 << 20))
     assert first == 0x7FFFF7FFF000 + 4096  # just above the last mmap, far below the stack
@@ -46,7 +49,7 @@ def test_libraries_get_pages_in_the_stack_gap_not_in_mmap_space():
 
 
 def test_the_executable_gets_a_page_below_it_never_in_the_heap_or_stack():
-    mappings = procfs.parse_maps(MAPS)
+    mappings = parse_maps(MAPS)
     exe_text = mappings[1]
     starts = list(
         xol.candidate_starts(
@@ -63,14 +66,14 @@ def test_the_executable_gets_a_page_below_it_never_in_the_heap_or_stack():
 
 
 def test_unlimited_stack_skips_the_stack_gap():
-    mappings = procfs.parse_maps(MAPS)
+    mappings = parse_maps(MAPS)
     libc_text = mappings[6]
     first = next(xol.candidate_starts(mappings, libc_text.start, libc_text.end, 4096, None))
     assert first < libc_text.start
 
 
 def test_before_the_heap_exists_brk_space_after_the_executable_is_left_alone():
-    mappings = [m for m in procfs.parse_maps(MAPS) if m.path != "[heap]"]
+    mappings = [m for m in parse_maps(MAPS) if m.path != "[heap]"]
     exe_text = mappings[1]
     data_end = mappings[3].end
     for start in xol.candidate_starts(

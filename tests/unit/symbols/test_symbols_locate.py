@@ -16,7 +16,8 @@ from probescope.errors import SymbolError
 from probescope.symbols.identity import file_identity
 from probescope.symbols.ldcache import _from_ldconfig, parse_ld_cache, read_ld_cache
 from probescope.symbols.locate import library_name_matches, locate_binary
-from probescope.symbols.maps import mappings_of, read_maps
+from probescope.symbols.maps import mappings_of
+from probescope.system.maps import read_maps
 from support.build import compile_program
 from unit.symbols import symbol_programs as programs
 

@@ -1,4 +1,5 @@
-"""/proc/PID/maps parsing and file offset ↔ runtime address, checked against real processes."""
+"""File offset ↔ runtime address and the files behind mappings, checked against real processes
+(the maps parser itself: tests/unit/system)."""
 
 from __future__ import annotations
 
@@ -11,55 +12,19 @@ import pytest
 from probescope.errors import SymbolError
 from probescope.symbols.identity import file_identity
 from probescope.symbols.maps import (
-    Mapping,
     file_offset_of_address,
+    map_files_path,
+    mapped_file,
     mapped_file_path,
     mappings_of,
-    parse_maps,
-    read_maps,
     runtime_address,
     runtime_addresses,
 )
 from probescope.symbols.table import SymbolTable
+from probescope.system.maps import Mapping
 from unit.symbols import symbol_programs as programs
 
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
-
-MAPS = "\n".join(
-    [
-        "55d0c8a00000-55d0c8a2e000 r--p 00000000 fe:00 1234       /usr/bin/bash",
-        "55d0c8a2e000-55d0c8b0f000 r-xp 0002e000 fe:00 1234       /usr/bin/bash",
-        "7f00aa000000-7f00aa021000 rw-p 00000000 00:00 0          [heap]",
-        "7f00ab000000-7f00ab001000 r-xp 00001000 103:02 99 /tmp/dir with space/lib.so (deleted)",
-        "7f00ac000000-7f00ac010000 rw-p 00000000 00:00 0 ",
-        "7ffd4a7f2000-7ffd4a7f4000 r-xp 00000000 00:00 0          [vdso]",
-    ]
-)
-
-
-def test_parse_maps_fields() -> None:
-    bash_ro, bash_text, heap, deleted, anonymous, vdso = parse_maps(MAPS)
-    assert (bash_text.start, bash_text.end, bash_text.offset) == (
-        0x55D0C8A2E000,
-        0x55D0C8B0F000,
-        0x2E000,
-    )
-    assert bash_text.device == os.makedev(0xFE, 0) and bash_text.inode == 1234
-    assert bash_text.executable and not bash_ro.executable
-    assert bash_text.path == "/usr/bin/bash" and bash_text.is_file
-    assert heap.path == "[heap]" and not heap.is_file
-    assert deleted.path == "/tmp/dir with space/lib.so" and deleted.deleted
-    assert deleted.device == os.makedev(0x103, 2)
-    assert anonymous.path is None and not anonymous.is_file
-    assert vdso.path == "[vdso]"
-    assert bash_text.address_of(0x2E010) == 0x55D0C8A2E010
-    assert bash_text.file_offset_of(0x55D0C8A2E010) == 0x2E010
-    assert bash_text.contains_file_offset(0x2E000) and not bash_text.contains_file_offset(0x2D000)
-
-
-def test_parse_maps_rejects_garbage() -> None:
-    with pytest.raises(SymbolError, match="line 1"):
-        parse_maps("this is not a maps line\n")
 
 
 def test_runtime_address_of_malloc_is_what_dlsym_says() -> None:
@@ -112,11 +77,6 @@ def test_mappings_of_libc() -> None:
     assert all(m.inode == file_identity(LIBC).inode for m in mapped)
 
 
-def test_read_maps_of_a_missing_process() -> None:
-    with pytest.raises(SymbolError, match="no process"):
-        read_maps(2**22 + 12345)
-
-
 def test_mapped_file_path_handles_container_and_chroot_paths(tmp_path) -> None:  # type: ignore[no-untyped-def]
     root = tmp_path / "root"
     (root / "bin").mkdir(parents=True)
@@ -129,3 +89,14 @@ def test_mapped_file_path_handles_container_and_chroot_paths(tmp_path) -> None: 
     assert mapped_file_path("self", host, str(root)) == str(program)  # chroot: the host path
     other = inside._replace(inode=identity.inode + 1)
     assert mapped_file_path("self", other, str(root)) is None
+
+
+def test_map_files_path_reaches_the_mapped_inode_only() -> None:
+    libc = next(m for m in mappings_of("self", LIBC) if m.executable)
+    path = map_files_path("self", libc)
+    assert path is not None and os.stat(path).st_ino == file_identity(LIBC).inode
+    assert map_files_path("self", libc._replace(inode=libc.inode + 1)) is None
+    opened = mapped_file("self", libc)
+    assert opened is not None and os.path.samefile(opened, LIBC)
+    gone = libc._replace(path="/nonexistent/libc.so.6")  # as if deleted: the link still opens it
+    assert mapped_file("self", gone) == path

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from probescope.language.x86_64_registers import ASSEMBLER_NAMES
 from probescope.symbols.elfimage import EM_386, EM_AARCH64, EM_X86_64
 from probescope.symbols.usdt_arguments import (
-    X86_REGISTERS,
     SdtOperand,
     SiteContext,
     UsdtArg,
@@ -304,4 +304,4 @@ def test_fetch_as_another_type(text: str, type_name: str, expected: str | None) 
 def test_every_x86_alias_maps_to_a_kernel_register_name() -> None:
     from probescope.language.arch import X86_64
 
-    assert {kernel for kernel, _ in X86_REGISTERS.values()} <= X86_64.registers
+    assert {kernel for kernel, _ in ASSEMBLER_NAMES.values()} <= X86_64.registers

@@ -12,8 +12,9 @@ import platform
 import signal
 
 from probescope.engines.base import Availability
-from probescope.engines.ptrace import procfs, syscalls
+from probescope.engines.ptrace import syscalls
 from probescope.errors import PtraceError
+from probescope.system import procfs
 
 SUPPORTED_MACHINES = ("x86_64",)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs, rendezvous, unwinder, xol
+from probescope.engines.ptrace import rendezvous, xol
+from probescope.engines.ptrace.insn_x86_64 import analyze
 from probescope.engines.ptrace.tracee import (
     Breakpoint,
     Counters,
@@ -19,7 +20,11 @@ from probescope.engines.ptrace.tracee import (
     TracerOptions,
 )
 from probescope.engines.ptrace.xol import SyscallInjector
-from probescope.errors import PtraceError
+from probescope.errors import ProcessError, PtraceError
+from probescope.symbols.maps import mapped_file
+from probescope.symbols.unwinder import may_hold_unwinder, unwinder_entry_points
+from probescope.system import procfs
+from probescope.system.maps import Mapping
 
 _SCAN_INTERVAL = 1.0
 
@@ -34,7 +39,7 @@ class Installer:
         counters: Counters,
         injector: SyscallInjector,
     ) -> None:
-        self.sites_by_file: dict[tuple[int, int, int], list[ProbeSite]] = {}
+        self.sites_by_file: dict[tuple[int, int], list[ProbeSite]] = {}
         for site in sites:
             self.sites_by_file.setdefault(site.file_key, []).append(site)
         self.has_return_sites = any(s.is_return for s in sites)
@@ -59,13 +64,11 @@ class Installer:
             )
         return None
 
-    def apply(
-        self, thread: Thread, mappings: list[procfs.Mapping], *, strict: bool = False
-    ) -> None:
+    def apply(self, thread: Thread, mappings: list[Mapping], *, strict: bool = False) -> None:
         """Insert every probe whose file is mapped and not yet probed; forget breakpoints whose
         mapping went away (dlclose)."""
         process = thread.process
-        wanted: list[tuple[procfs.Mapping, int, list[ProbeSite]]] = []
+        wanted: list[tuple[Mapping, int, list[ProbeSite]]] = []
         live: set[int] = set()
         for mapping in mappings:
             if not mapping.executable or not mapping.inode:
@@ -75,7 +78,7 @@ class Installer:
                 continue
             by_offset: dict[int, list[ProbeSite]] = {}
             for site in sites:
-                if mapping.contains_offset(site.offset):
+                if mapping.contains_file_offset(site.offset):
                     by_offset.setdefault(site.offset, []).append(site)
             for offset, group in by_offset.items():
                 address = mapping.address_of(offset)
@@ -93,7 +96,7 @@ class Installer:
             return
         if self.has_return_sites and process.trampoline is None:
             self.make_trampoline(thread, wanted[0][0])
-        by_mapping: dict[int, list[tuple[procfs.Mapping, int, list[ProbeSite]]]] = {}
+        by_mapping: dict[int, list[tuple[Mapping, int, list[ProbeSite]]]] = {}
         for item in wanted:
             by_mapping.setdefault(item[0].start, []).append(item)
         for items in by_mapping.values():
@@ -112,7 +115,7 @@ class Installer:
     def insert(
         self,
         thread: Thread,
-        mapping: procfs.Mapping,
+        mapping: Mapping,
         address: int,
         offset: int,
         sites: list[ProbeSite] | None,
@@ -123,7 +126,7 @@ class Installer:
         code = process.memory.read(address, arch.MAX_INSTRUCTION + 1)
         if not code:
             raise PtraceError(f"cannot read the instruction at 0x{address:x} in {thread.tgid}")
-        instruction = arch.analyze(code, address)
+        instruction = analyze(code, address)
         bp = Breakpoint(
             address=address,
             file_offset=offset,
@@ -151,8 +154,8 @@ class Installer:
     def count_semaphore(
         self,
         thread: Thread,
-        mappings: list[procfs.Mapping],
-        key: tuple[int, int, int],
+        mappings: list[Mapping],
+        key: tuple[int, int],
         sites: list[ProbeSite],
     ) -> None:
         """Add 1 to the USDT semaphore of a probe site (once per site and process, like the
@@ -164,7 +167,7 @@ class Installer:
             (
                 m
                 for m in mappings
-                if m.file_key == key and m.writable and m.private and m.contains_offset(ref)
+                if m.file_key == key and m.writable and m.private and m.contains_file_offset(ref)
             ),
             None,
         )
@@ -178,32 +181,32 @@ class Installer:
             process = thread.process
             process.semaphores[address] = process.semaphores.get(address, 0) + 1
 
-    def hook_unwinders(self, thread: Thread, mappings: list[procfs.Mapping]) -> None:
-        """Breakpoints where exception unwinding starts and where it is caught (unwinder.py)."""
+    def hook_unwinders(self, thread: Thread, mappings: list[Mapping]) -> None:
+        """Breakpoints where exception unwinding starts and where it is caught (returns.py)."""
         process = thread.process
-        main = unwinder.executable_path(thread.tgid)
-        try:
-            main_key = procfs.file_key(f"/proc/{thread.tgid}/exe") if main else None
-        except OSError:
-            main_key = None
+        main_key = procfs.executable_key(thread.tgid)
+        root: str | None = None
         for mapping in mappings:
             key = mapping.file_key
             if not mapping.executable or not mapping.inode or key in process.unwinder_checked:
                 continue
-            if not unwinder.worth_checking(mapping.path, key == main_key):
+            if mapping.path is None or not may_hold_unwinder(mapping.path, key == main_key):
                 continue
             process.unwinder_checked.add(key)
-            paths = [
-                mapping.path,
-                f"/proc/{thread.tgid}/root{mapping.path}",
-                f"/proc/{thread.tgid}/map_files/{mapping.start:x}-{mapping.end:x}",
-            ]
-            for kind, offset in unwinder.hooks_in(paths, key):
+            if root is None:
+                try:
+                    root = procfs.process_root(thread.tgid)
+                except ProcessError:
+                    return
+            path = mapped_file(thread.tgid, mapping, root)
+            if path is None:
+                continue
+            for role, offset in unwinder_entry_points(path):
                 holder = next(
                     (
                         m
                         for m in mappings
-                        if m.file_key == key and m.executable and m.contains_offset(offset)
+                        if m.file_key == key and m.executable and m.contains_file_offset(offset)
                     ),
                     None,
                 )
@@ -212,10 +215,10 @@ class Installer:
                 address = holder.address_of(offset)
                 existing = process.breakpoints.get(address)
                 if existing is not None:
-                    existing.internal = kind
+                    existing.internal = role
                     continue
                 try:
-                    self.insert(thread, holder, address, offset, None, internal=kind)
+                    self.insert(thread, holder, address, offset, None, internal=role)
                 except PtraceError as error:
                     self.counters.notes.append(
                         f"C++ exceptions through return probes unsupported: {error.message}"
@@ -238,7 +241,7 @@ class Installer:
             raise PtraceError(f"no XOL slot available in process {thread.tgid}")
         return slot
 
-    def make_trampoline(self, thread: Thread, mapping: procfs.Mapping) -> None:
+    def make_trampoline(self, thread: Thread, mapping: Mapping) -> None:
         process = thread.process
         slot = xol.take_slot(process, None)
         if slot is None:
@@ -246,11 +249,11 @@ class Installer:
         process.memory.write_code(slot, arch.BREAKPOINT * arch.SLOT_SIZE, thread.tid)
         process.trampoline = slot
 
-    def install_rendezvous(self, thread: Thread, mappings: list[procfs.Mapping]) -> None:
+    def install_rendezvous(self, thread: Thread, mappings: list[Mapping]) -> None:
         process = thread.process
         try:
             auxv = procfs.read_auxv(thread.tgid)
-        except OSError:
+        except ProcessError:
             return
         found = rendezvous.from_dt_debug(thread.tgid, process.memory, auxv)
         if found is None:
@@ -283,7 +286,7 @@ class Installer:
         process.last_scan = time.monotonic()
         try:
             mappings = process.mappings()
-        except OSError:
+        except ProcessError:
             return
         self.apply(thread, mappings)
         if process.rendezvous is None:

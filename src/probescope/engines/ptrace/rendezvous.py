@@ -4,7 +4,8 @@
 ElfW(Addr) r_ldbase}`: ld.so calls `r_brk` (`_dl_debug_state`) whenever `r_state` changes, so a
 breakpoint there tells us when dlopen/dlclose finished (RT_CONSISTENT). Its address comes from
 the executable's DT_DEBUG entry (found through auxv AT_PHDR) once ld.so has started, or from
-ld.so's own `_r_debug`/`_dl_debug_state` symbols before that (at the exec stop).
+ld.so's own `_r_debug`/`_dl_debug_state` symbols before that (at the exec stop): symbols/linker.py
+finds both.
 """
 
 from __future__ import annotations
@@ -12,21 +13,16 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
-from probescope.engines.ptrace import procfs
 from probescope.engines.ptrace.memory import TraceeMemory
+from probescope.errors import ProcessError
+from probescope.symbols.linker import dt_debug, rendezvous_symbols
+from probescope.symbols.maps import mapped_file
+from probescope.system import procfs
+from probescope.system.maps import Mapping
 
 RT_CONSISTENT = 0
 RT_ADD = 1
 RT_DELETE = 2
-DT_NULL = 0
-DT_DEBUG = 21
-PT_DYNAMIC = 2
-PT_PHDR = 6
-_PHDR_SIZE = 56
 _MAX_OBJECTS = 4096
 
 
@@ -77,77 +73,29 @@ def from_dt_debug(pid: int, memory: TraceeMemory, auxv: dict[int, int]) -> Rende
     phnum = auxv.get(procfs.AT_PHNUM)
     if not phdr or not phnum:
         return None
-    table = memory.read_exact(phdr, phnum * _PHDR_SIZE)
-    if table is None:
+    r_debug = dt_debug(memory.read_exact, phdr, phnum)
+    if r_debug is None:
         return None
-    headers = [struct.unpack_from("<IIQQQQQQ", table, i * _PHDR_SIZE) for i in range(phnum)]
-    bias = None
-    for p_type, _, _, p_vaddr, *_ in headers:
-        if p_type == PT_PHDR:
-            bias = phdr - p_vaddr
-    if bias is None:
-        return None
-    for p_type, _, _, p_vaddr, _, _, p_memsz, _ in headers:
-        if p_type != PT_DYNAMIC:
-            continue
-        dynamic = memory.read_exact(bias + p_vaddr, p_memsz)
-        if dynamic is None:
-            return None
-        for i in range(0, len(dynamic) - 15, 16):
-            tag, value = struct.unpack_from("<qQ", dynamic, i)
-            if tag == DT_NULL:
-                break
-            if tag == DT_DEBUG and value:
-                r_brk = memory.read_word(value + 16)
-                if r_brk:
-                    return Rendezvous(r_brk=r_brk, r_debug=value)
-    return None
+    r_brk = memory.read_word(r_debug + 16)
+    return Rendezvous(r_brk=r_brk, r_debug=r_debug) if r_brk else None
 
 
-def from_interpreter(
-    pid: int, auxv: dict[int, int], mappings: list[procfs.Mapping]
-) -> Rendezvous | None:
+def from_interpreter(pid: int, auxv: dict[int, int], mappings: list[Mapping]) -> Rendezvous | None:
     """r_debug and r_brk from ld.so's exported `_r_debug` and `_dl_debug_state`."""
     base = auxv.get(procfs.AT_BASE)
     if not base:
         return None
     interpreter = next((m for m in mappings if m.start == base and m.offset == 0), None)
-    if interpreter is None or not interpreter.path.startswith("/"):
+    if interpreter is None:
         return None
-    symbols = _linker_symbols(f"/proc/{pid}/root{interpreter.path}")
+    try:
+        path = mapped_file(pid, interpreter)
+    except ProcessError:
+        return None
+    symbols = None if path is None else rendezvous_symbols(path)
     if symbols is None:
-        symbols = _linker_symbols(interpreter.path)
-    if symbols is None or "_dl_debug_state" not in symbols:
         return None
-    r_debug = symbols.get("_r_debug")
     return Rendezvous(
-        r_brk=base + symbols["_dl_debug_state"],
-        r_debug=base + r_debug if r_debug is not None else None,
+        r_brk=base + symbols.r_brk,
+        r_debug=None if symbols.r_debug is None else base + symbols.r_debug,
     )
-
-
-_symbol_cache: dict[tuple[str, int, int], dict[str, int] | None] = {}
-
-
-def _linker_symbols(path: str) -> dict[str, int] | None:
-    try:
-        key = procfs.file_key(path)
-    except OSError:
-        return None
-    cache_key = (path, key[2], key[0])
-    if cache_key in _symbol_cache:
-        return _symbol_cache[cache_key]
-    found: dict[str, int] | None = None
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            dynsym = elf.get_section_by_name(".dynsym")
-            if isinstance(dynsym, SymbolTableSection):
-                found = {}
-                for symbol in dynsym.iter_symbols():
-                    if symbol.name in ("_dl_debug_state", "_r_debug") and symbol["st_value"]:
-                        found[symbol.name] = symbol["st_value"]
-    except (OSError, ELFError):
-        found = None
-    _symbol_cache[cache_key] = found
-    return found

@@ -12,10 +12,11 @@ import signal
 import struct
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs, returns, stepping, syscalls
+from probescope.engines.ptrace import returns, stepping, syscalls
 from probescope.engines.ptrace.tracee import AddressSpace, Breakpoint, Thread
 from probescope.engines.ptrace.xol import SyscallInjector
-from probescope.errors import PtraceError
+from probescope.errors import ProcessError, PtraceError
+from probescope.system.maps import Mapping
 
 _MAX_STACK_SCAN = 8 << 20
 
@@ -75,7 +76,7 @@ def out_of_slot(process: AddressSpace, rip: int) -> int | None:
     return None
 
 
-def still_mapped(bp: Breakpoint, mappings: list[procfs.Mapping]) -> bool:
+def still_mapped(bp: Breakpoint, mappings: list[Mapping]) -> bool:
     """Whether bp's address still shows the same file offset of the same file."""
     for m in mappings:
         if m.start <= bp.address < m.end:
@@ -87,7 +88,7 @@ def restore_text(process: AddressSpace, stopped: Thread, notes: list[str]) -> No
     """Original bytes back wherever our int3 still is in the file's mapping."""
     try:
         mappings = process.mappings()
-    except OSError:
+    except ProcessError:
         mappings = []
     for bp in process.breakpoints.values():
         if not still_mapped(bp, mappings):
@@ -142,7 +143,7 @@ def stack_refers_to_xol(process: AddressSpace, thread: Thread) -> bool:
     sp = int(thread.regs.rsp)
     try:
         mapping = next((m for m in process.mappings() if m.start <= sp < m.end), None)
-    except OSError:
+    except ProcessError:
         return True
     if mapping is None:
         return True

@@ -5,6 +5,14 @@ is replaced by the trampoline's address and a ReturnInstance is pushed on the th
 stack. Entries whose frames were abandoned (longjmp, exceptions) are dropped by comparing stack
 pointers exactly as the kernel's arch_uretprobe_is_alive does: alive iff `sp < stack` at a call,
 `sp <= stack` at a return or a chained (tail) call. At most MAX_URETPROBE_DEPTH per thread.
+
+Hijacked return addresses must never reach an exception unwinder: one that meets the
+trampoline's address on the stack finds no unwind info for it and gives up (std::terminate for
+C++). So when a thread enters the unwinder (`_Unwind_RaiseException` and friends in libgcc_s,
+or linked statically: symbols/unwinder.py finds them) every hijacked return address of that
+thread is put back (`expose`); when the exception is caught (`__cxa_begin_catch`) the frames
+that survived — those above the stack pointer — are hijacked again, and the unwound ones
+dropped like longjmp'd frames (`rehijack`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Turn ResolvedProbes into ProbeSites, refusing bad ones before anything is touched.
 
 Every probe is checked against its file alone (the tracee is not touched yet): the instruction
-at the offset must be one the kernel accepts, the offset must be an instruction boundary of its
-function when the function is known, return probes must sit on a function's first instruction
-and not in a Go binary, and fetchargs must compile. All problems are collected and reported in
-one PtraceError.
+at the offset must be one the kernel accepts, the offset must be an instruction boundary in code
+(symbols/insn.py's check, which resolving a probe has usually run already), return probes must
+sit on a function's first instruction and not in a Go binary, and fetchargs must compile. All
+problems are collected and reported in one PtraceError.
 """
 
 from __future__ import annotations
@@ -13,40 +13,34 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs
 from probescope.engines.ptrace.fetch import ProbeFetcher
+from probescope.engines.ptrace.insn_x86_64 import analyze
 from probescope.engines.ptrace.tracee import ProbeSite
-from probescope.errors import PtraceError
+from probescope.errors import PtraceError, SymbolError
 from probescope.events import EventType
 from probescope.language.model import ProbeKind, ProbeSpec
 from probescope.language.resolved import ResolvedProbe
+from probescope.symbols.insn import check_probe_site
+from probescope.symbols.table import SymbolTable
 
-_go_cache: dict[tuple[int, int, int], bool] = {}
+
+def _file_key(probe: ResolvedProbe, path: str) -> tuple[int, int]:
+    """(device, inode) of the probed file: as resolved, else as it is now."""
+    if probe.device is not None and probe.inode is not None:
+        return probe.device, probe.inode
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
-def is_go_binary(path: str) -> bool:
-    """A Go binary carries `.go.buildinfo` (or a Go build-id note)."""
+def _is_go(probe: ResolvedProbe, path: str) -> bool:
+    """Whether the probed file was linked by Go: as resolved, else as symbols/ reads it now."""
+    if probe.go_binary is not None:
+        return probe.go_binary
     try:
-        key = procfs.file_key(path)
-    except OSError:
+        return SymbolTable.for_path(path).is_go
+    except SymbolError:
         return False
-    if key not in _go_cache:
-        found = False
-        try:
-            with open(path, "rb") as f:
-                elf = ELFFile(f)
-                found = any(
-                    elf.get_section_by_name(name) is not None
-                    for name in (".go.buildinfo", ".note.go.buildid")
-                )
-        except (OSError, ELFError):
-            found = False
-        _go_cache[key] = found
-    return _go_cache[key]
 
 
 def _read_file(path: str, offset: int, size: int) -> bytes:
@@ -73,11 +67,7 @@ def build_sites(
             continue
         path = probe.path
         try:
-            key = (
-                (os.major(probe.device), os.minor(probe.device), probe.inode)
-                if (probe.device is not None and probe.inode is not None)
-                else procfs.file_key(path)
-            )
+            key = _file_key(probe, path)
             code = _read_file(path, probe.offset, arch.MAX_INSTRUCTION + 1)
         except OSError as error:
             problems.append(f"{where}: cannot read {path}: {error.strerror}")
@@ -86,12 +76,10 @@ def build_sites(
             problems.append(f"{where}: offset 0x{probe.offset:x} is beyond the end of {path}")
             continue
         try:
-            arch.analyze(code, probe.offset)
-            if probe.function_offset is not None and probe.function_offset < probe.offset:
-                length = probe.offset - probe.function_offset + arch.MAX_INSTRUCTION
-                body = _read_file(path, probe.function_offset, length)
-                arch.check_boundary(body, probe.function_offset, probe.offset)
-        except PtraceError as error:
+            analyze(code, probe.offset)
+            if not probe.boundary_checked:
+                check_probe_site(path, probe.offset, probe.function_offset)
+        except (PtraceError, SymbolError) as error:
             problems.append(f"{where}: {error.message}")
             continue
         is_return = probe.kind is ProbeKind.URETPROBE
@@ -102,7 +90,7 @@ def build_sites(
                     "instruction (its return address is at [sp] only there)"
                 )
                 continue
-            if is_go_binary(path):
+            if _is_go(probe, path):
                 problems.append(
                     f"{where}: return probes on Go binaries are refused: Go moves "
                     "goroutine stacks and would crash on the hijacked return"
@@ -140,7 +128,7 @@ def build_sites(
                 handlers=list(handlers.get(probe, [])),
             )
         )
-    semaphores: dict[tuple[tuple[int, int, int], int], int | None] = {}
+    semaphores: dict[tuple[tuple[int, int], int], int | None] = {}
     for site in sites:
         place = (site.file_key, site.offset)
         ref = site.probe.ref_ctr_offset

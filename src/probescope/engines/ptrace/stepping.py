@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 from probescope.engines.ptrace import arch_x86_64 as arch
+from probescope.engines.ptrace.insn_x86_64 import FIX_CALL, FIX_IP
 from probescope.engines.ptrace.tracee import Breakpoint, StepInFlight, Thread
 
 
@@ -35,9 +36,9 @@ def fix_up(thread: Thread, step: StepInFlight) -> None:
     correction = bp.address - step.slot
     if plan.scratch is not None and step.saved_scratch is not None:
         setattr(regs, plan.scratch, step.saved_scratch)
-    if plan.fixups & arch.FIX_IP:
+    if plan.fixups & FIX_IP:
         regs.rip = (int(regs.rip) + correction) & arch.U64
-    if plan.fixups & arch.FIX_CALL:
+    if plan.fixups & FIX_CALL:
         sp = int(regs.rsp)
         pushed = thread.process.memory.read_word(sp)
         if pushed is not None:

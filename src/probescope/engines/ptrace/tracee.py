@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs, syscalls
+from probescope.engines.ptrace import syscalls
 from probescope.engines.ptrace.fetch import ProbeFetcher
+from probescope.engines.ptrace.insn_x86_64 import ProbedInstruction, StepPlan
 from probescope.engines.ptrace.memory import TraceeMemory
 from probescope.events import EventType
 from probescope.language.resolved import ResolvedProbe
+from probescope.system import procfs
+from probescope.system.maps import Mapping, read_maps
 
 Handler = Callable[[Any], None]
 
@@ -56,7 +59,7 @@ class ProbeSite:
     event_type: EventType
     fetcher: ProbeFetcher
     key: str  # "group/event"
-    file_key: tuple[int, int, int]
+    file_key: tuple[int, int]  # (device, inode) of the probed file, as maps shows it
     offset: int
     is_return: bool
     handlers: list[Handler] = field(default_factory=list)
@@ -68,15 +71,15 @@ class Breakpoint:
 
     address: int
     file_offset: int
-    instruction: arch.ProbedInstruction
+    instruction: ProbedInstruction
     entry_sites: list[ProbeSite] = field(default_factory=list)
     return_sites: list[ProbeSite] = field(default_factory=list)
     slot: int | None = None
     step_slot: int | None = None
-    step_plan: arch.StepPlan | None = None
+    step_plan: StepPlan | None = None
     single_step: bool = False
     internal: str | None = None  # "rendezvous" for the dynamic linker's r_brk
-    mapping_key: tuple[int, int, int] = (0, 0, 0)
+    mapping_key: tuple[int, int] = (0, 0)
 
     @property
     def ambiguous(self) -> bool:
@@ -124,7 +127,7 @@ class AddressSpace:
         self.rendezvous: Any = None
         self.last_scan = 0.0
         self.return_refusal: str | None = None
-        self.unwinder_checked: set[tuple[int, int, int]] = set()
+        self.unwinder_checked: set[tuple[int, int]] = set()
         self.semaphores: dict[int, int] = {}  # USDT semaphore address -> our increments
         self.shared_with: AddressSpace | None = None  # vfork child: parent's mm
         self.threads: set[int] = set()
@@ -140,8 +143,9 @@ class AddressSpace:
                 return bp
         return None
 
-    def mappings(self) -> list[procfs.Mapping]:
-        return procfs.read_maps(self.tgid)
+    def mappings(self) -> list[Mapping]:
+        """The address space's maps now (ProcessError when the process is gone)."""
+        return read_maps(self.tgid)
 
 
 class Thread:

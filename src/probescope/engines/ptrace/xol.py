@@ -14,9 +14,11 @@ import signal
 from collections.abc import Iterator
 
 from probescope.engines.ptrace import arch_x86_64 as arch
-from probescope.engines.ptrace import procfs, syscalls
+from probescope.engines.ptrace import syscalls
 from probescope.engines.ptrace.tracee import AddressSpace, Thread
 from probescope.errors import PtraceError
+from probescope.system import procfs
+from probescope.system.maps import Mapping, gaps
 
 _REACH = (1 << 31) - 4 * arch.SLOT_SIZE
 _LOWEST = 0x10000
@@ -111,12 +113,12 @@ def find_syscall_instruction(process: AddressSpace) -> int:
 
 
 def candidate_starts(
-    mappings: list[procfs.Mapping],
+    mappings: list[Mapping],
     low: int,
     high: int,
     size: int,
     stack_limit: int | None = None,
-    executable: tuple[int, int, int] | None = None,
+    executable: tuple[int, int] | None = None,
 ) -> Iterator[int]:
     """Page-aligned starts for a `size`-byte area that keeps every address in [low, high)
     within ±2 GiB of every slot, least disturbing first.
@@ -141,7 +143,7 @@ def candidate_starts(
     if executable is not None:
         brk_floors.add(max((m.end for m in mappings if m.file_key == executable), default=-1))
     candidates = []
-    for gap_low, gap_high in procfs.gaps(mappings, window_low, window_high):
+    for gap_low, gap_high in gaps(mappings, window_low, window_high):
         if gap_low in brk_floors:
             continue
         gap_low = (gap_low + 0xFFF) & ~0xFFF
@@ -157,30 +159,15 @@ def candidate_starts(
         yield start
 
 
-def stack_limit(pid: int) -> int | None:
-    """The process's RLIMIT_STACK soft limit; None when unlimited (legacy mmap layout)."""
-    try:
-        with open(f"/proc/{pid}/limits") as f:
-            for line in f:
-                if line.startswith("Max stack size"):
-                    value = line.split()[3]
-                    return None if value == "unlimited" else int(value)
-    except OSError:
-        pass
-    return None
-
-
 def allocate_area(
     injector: SyscallInjector, thread: Thread, low: int, high: int, size: int
 ) -> tuple[int, bool]:
     """Map a `size`-byte r-x area near [low, high); (start, within reach)."""
     process = thread.process
     mappings = process.mappings()
-    try:
-        executable: tuple[int, int, int] | None = procfs.file_key(f"/proc/{thread.tgid}/exe")
-    except OSError:
-        executable = None
-    for start in candidate_starts(mappings, low, high, size, stack_limit(thread.tgid), executable):
+    executable = procfs.executable_key(thread.tgid)
+    limit = procfs.stack_limit(thread.tgid)
+    for start in candidate_starts(mappings, low, high, size, limit, executable):
         result = injector.run(
             thread,
             arch.SYS_MMAP,
