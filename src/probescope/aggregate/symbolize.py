@@ -15,10 +15,11 @@ from typing import Protocol
 
 from probescope.aggregate.unwind import CodeLookup
 from probescope.aggregate.values import Frame, Stack
-from probescope.errors import SymbolError
+from probescope.errors import ProcessError, SymbolError
 from probescope.symbols.cfi import CallFrameTable, CfiRow
-from probescope.symbols.maps import Mapping, mapped_file_path, parse_maps, read_maps
+from probescope.symbols.maps import mapped_file
 from probescope.symbols.table import SymbolTable
+from probescope.system.maps import Mapping, parse_maps, read_maps
 
 UNKNOWN_MODULE = "[unknown]"
 KERNEL_MODULE = "[kernel]"
@@ -47,7 +48,7 @@ class ProcessMaps:
         """Read `pid`'s maps again; False when the process is gone (the old ones stay)."""
         try:
             maps = [m for m in self._reader(pid) if m.is_file]
-        except SymbolError:
+        except (ProcessError, SymbolError):
             return False
         if not maps:
             return False  # a zombie: its memory is gone, keep what was read before
@@ -90,8 +91,8 @@ class ProcessMaps:
         key = (pid, mapping.device, mapping.inode)
         if key not in self._paths:
             try:
-                path = mapped_file_path(pid, mapping)
-            except SymbolError:
+                path = mapped_file(pid, mapping)
+            except (ProcessError, SymbolError):
                 path = None
             if path is None and mapping.path and os.path.exists(mapping.path):
                 path = mapping.path
