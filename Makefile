@@ -3,13 +3,14 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, perf as the
-# reference for unwound stacks, chromium to render the SVG flame graph).
-TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils linux-perf chromium
+# Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, real programs:
+# nginx, and Go for a register-ABI target; perf as the reference for unwound stacks, chromium
+# to render the SVG flame graph).
+TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils nginx golang-go linux-perf chromium
 # The QEMU test guest (tests/vm); its tests skip with a reason when these cannot be installed.
 VM_PACKAGES := qemu-system-x86 busybox-static cpio
 # Peers the benchmarks measure probescope against.
-BENCH_PACKAGES := trace-cmd bpftrace ltrace linux-perf gdb bpfcc-tools
+BENCH_PACKAGES := trace-cmd bpftrace ltrace linux-perf gdb uftrace bpfcc-tools
 
 .PHONY: test demo lint bench test-vm venv system-deps bench-deps clean
 
@@ -65,9 +66,12 @@ demo: system-deps venv
 bench: bench-deps venv
 	$(call apt_install,$(VM_PACKAGES))
 	$(PY) bench/bench_symbols.py
+	$(PY) bench/bench_demangle.py --install
 	$(PY) bench/bench_tracefs.py
+	$(PY) bench/bench_bpf.py
 	$(PY) bench/bench_ptrace.py
 	$(PY) bench/bench_static.py
+	$(PY) bench/bench_fentry.py
 	$(PY) bench/bench_aggregate.py
 
 clean:

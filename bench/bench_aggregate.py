@@ -44,8 +44,8 @@ from probescope.aggregate.aggregators import EventAggregator
 from probescope.aggregate.keys import KeyPlan
 from probescope.aggregate.records import RecordAggregator
 from probescope.engines.base import EngineOptions
-from probescope.engines.tracefs.decoder import EventDecoder
 from probescope.session import Session
+from probescope.traceevent.decoder import EventDecoder
 
 TARGET = r"""
 #include <stdio.h>

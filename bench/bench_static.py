@@ -557,7 +557,7 @@ def read_raw(path: Path, size: int) -> bytes:
 
 
 def capture(load: list[str], buffer_kb: int) -> Capture:
-    from probescope.engines.tracefs.format import parse_header_page
+    from probescope.traceevent.format import parse_header_page
 
     with hand_instance(buffer_kb) as root:
         _write(root / "tracing_on", "1")
@@ -796,17 +796,20 @@ def profile_text(source: str | cProfile.Profile, lines: int = 30) -> str:
 def decode_identical(
     work: Path, load: list[str], options: GuestOptions, profiles: list[str]
 ) -> DecodeResult:
-    from probescope.engines.tracefs.decoder import EventDecoder, merge_cpu_batches
-    from probescope.engines.tracefs.format import (
+    from probescope.engines.tracefs.kernel_context import read_kernel_context
+    from probescope.events import Event, EventBatch
+    from probescope.language.model import ProbeKind
+    from probescope.sinks.text import TextSink
+    from probescope.system.kernel import RunningKernel
+    from probescope.traceevent.decoder import EventDecoder
+    from probescope.traceevent.format import (
         parse_event_format,
         parse_header_event,
         parse_header_page,
         parse_saved_cmdlines,
     )
-    from probescope.engines.tracefs.ringbuffer import SubBufferLayout, split_sub_buffers
-    from probescope.events import Event, EventBatch
-    from probescope.language.model import ProbeKind
-    from probescope.sinks.text import TextSink
+    from probescope.traceevent.merge import merge_cpu_batches
+    from probescope.traceevent.ringbuffer import SubBufferLayout, split_sub_buffers
 
     captured = capture(load, options.capture_kb)
     if captured.lost:
@@ -821,6 +824,8 @@ def decode_identical(
     comms = parse_saved_cmdlines(captured.comms)
     sub_buffers = {cpu: list(split_sub_buffers(layout, data)) for cpu, data in captured.raw.items()}
     result = DecodeResult(captured.entries, sum(len(s) for s in sub_buffers.values()))
+    # What `probescope trace` gives its sink: the guest kernel's symbols, BTF and strings.
+    context = read_kernel_context(RunningKernel.read(), {ProbeKind.FUNCTION, ProbeKind.TRACEPOINT})
 
     def decoder() -> EventDecoder:
         decoder = EventDecoder(layout, comms=comms)
@@ -844,7 +849,7 @@ def decode_identical(
         are built before the returned function runs."""
         events_decoder = decoder()
         decode = events_decoder.decode
-        sink = TextSink(stream, clock="local", lost_lines=False)
+        sink = TextSink(stream, context=context, clock="local", lost_lines=False)
         if prepared:
             samples: dict[object, Event] = {}
             wanted = len(events_decoder.event_types)

@@ -13,6 +13,10 @@ Run: `.venv/bin/python bench/bench_symbols.py [--runs N]`. In one run it measure
   `nm -D --defined-only`, and pyelftools listing the same symbol tables in-process;
 - floors: the bare interpreter (`python -c pass`, and `python -I -S -c pass` without site
   packages) and perf's own start-up (`perf --version`);
+- start-up of the commands users type most: `probescope resolve 'c:malloc size=arg1'` and
+  `probescope trace --dry-run 'c:malloc size=arg1'` (warm cache), and with `--baseline DIR` the
+  same commands run from another checkout's `src/` (e.g. `git worktree add /tmp/old REV`) in the
+  same run, so a change's effect on start-up is measured against the code before it;
 
 and prints medians with the ratio probescope/peer. Files stay in the page cache; only
 probescope's own cache is cold. Subprocesses run with bytecode caching on (as an installed
@@ -198,6 +202,48 @@ def measure(runs: int) -> list[Row]:
     return [rows[name] for name in ROWS]
 
 
+STARTUP_SPEC = "c:malloc size=arg1"
+STARTUP_COMMANDS = {
+    "probescope resolve": ["resolve", STARTUP_SPEC],
+    "probescope trace --dry-run": ["trace", "--dry-run", STARTUP_SPEC],
+}
+
+
+def measure_startup(runs: int, baseline: Path | None) -> dict[str, list[float]]:
+    """Wall seconds of each start-up command (warm symbol cache), and with a baseline checkout
+    the same commands run from its sources, interleaved so that load hits both alike."""
+    python = sys.executable
+    sources = {"": None} if baseline is None else {"": None, " (baseline)": baseline / "src"}
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="probescope-bench-") as scratch:
+        # Each checkout its own symbol cache: their cache formats may differ.
+        envs = {suffix: _environment(os.path.join(scratch, f"cache{suffix}")) for suffix in sources}
+        for suffix, source in sources.items():
+            if source is not None:
+                envs[suffix]["PYTHONPATH"] = str(source)
+            for words in STARTUP_COMMANDS.values():
+                _wall([python, "-m", "probescope", *words], envs[suffix])  # cache and .pyc files
+        for _ in range(runs):
+            for suffix, env in envs.items():
+                for name, words in STARTUP_COMMANDS.items():
+                    seconds, _ = _wall([python, "-m", "probescope", *words], env)
+                    times.setdefault(name + suffix, []).append(seconds)
+    return times
+
+
+def report_startup(times: dict[str, list[float]]) -> str:
+    lines = ["", f"start-up, warm cache ({STARTUP_SPEC!r}) — median (min), milliseconds"]
+    for name, values in times.items():
+        lines.append(
+            f"  {name:42}{statistics.median(values) * 1000:10.1f} ({min(values) * 1000:6.1f})"
+        )
+    for name in STARTUP_COMMANDS:
+        if name + " (baseline)" in times:
+            ratio = statistics.median(times[name]) / statistics.median(times[name + " (baseline)"])
+            lines.append(f"  {name} / baseline: {ratio:.2f}")
+    return "\n".join(lines)
+
+
 def report(rows: list[Row], runs: int) -> str:
     by_name = {row.name: row for row in rows}
     lines = [
@@ -261,12 +307,25 @@ def report(rows: list[Row], runs: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=7, help="runs per measurement (default 7)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="another checkout whose start-up to measure beside this one",
+    )
+    parser.add_argument(
+        "--startup-only", action="store_true", help="measure only the commands' start-up"
+    )
     args = parser.parse_args()
+    if args.startup_only:
+        print(report_startup(measure_startup(args.runs, args.baseline)))
+        return 0
     missing = [p for p in TARGETS.values() if not Path(p).exists()]
     if missing or shutil.which("perf") is None or shutil.which("nm") is None:
         print(f"missing: {missing or 'perf or nm'} (make bench-deps installs the peers)")
         return 1
     print(report(measure(args.runs), args.runs))
+    print(report_startup(measure_startup(args.runs, args.baseline)))
     return 0
 
 

@@ -72,15 +72,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from probescope.engines.tracefs.decoder import EventDecoder
-from probescope.engines.tracefs.format import (
+from probescope.sinks.text import TextSink
+from probescope.traceevent.context import KernelContext
+from probescope.traceevent.decoder import EventDecoder
+from probescope.traceevent.format import (
     parse_event_format,
     parse_header_event,
     parse_header_page,
     parse_saved_cmdlines,
 )
-from probescope.engines.tracefs.ringbuffer import SubBufferLayout, split_sub_buffers
-from probescope.sinks.text import TextSink
+from probescope.traceevent.ringbuffer import SubBufferLayout, split_sub_buffers
 
 TRACEFS = Path("/sys/kernel/tracing")
 SCRATCH_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -758,7 +759,7 @@ def part_b_decode(options: Options) -> list[Result]:
             def decode_text() -> None:
                 decode = decoder().decode
                 with open(os.devnull, "wb") as null:
-                    sink = TextSink(null)
+                    sink = TextSink(null, context=KernelContext.for_release(os.uname().release))
                     for sub_buffer in sub_buffers:
                         sink.write_batch(decode(sub_buffer, options.cpu))
                     sink.close()
@@ -850,7 +851,7 @@ def report(trace_dat: Path, n: int) -> None:
 def check_text(decoder: EventDecoder, sub_buffers: list[bytes], cpu: int, trace: bytes) -> None:
     """probescope's text for the sub-buffers must be the kernel's `trace` body, byte for byte."""
     stream = io.BytesIO()
-    sink = TextSink(stream)
+    sink = TextSink(stream, context=KernelContext.for_release(os.uname().release))
     for sub_buffer in sub_buffers:
         sink.write_batch(decoder.decode(sub_buffer, cpu))
     lines = trace.split(b"\n")

@@ -27,7 +27,7 @@ from probescope.aggregate.aggregators import EventAggregator
 from probescope.aggregate.latency import RETURN_VALUE, LatencyAggregator
 from probescope.aggregate.maps import Aggregation
 from probescope.aggregate.maps_keeper import MapsWatcher
-from probescope.aggregate.plan import AggregationError, Request, plan_request
+from probescope.aggregate.plan import AggregationError, Request, key_fields, plan_request
 from probescope.aggregate.stack_capture import (
     MAX_SNAPSHOT,
 )
@@ -89,7 +89,15 @@ class AggregationRun:
         )
         if not resolved:
             raise AggregationError("no probes to aggregate", hint="give at least one probe spec")
-        self.engine_name = create_engine(engine, resolved, kernel=self.kernel).name
+        # Kernel stacks are records the engine writes after each event: the engine chosen
+        # must be one that can (`auto` passes over those that cannot).
+        options = replace(
+            options or EngineOptions(),
+            kernel_stack="kstack" in key_fields(request, resolved),
+        )
+        self.engine_name = create_engine(
+            engine, resolved, options=options, kernel=self.kernel
+        ).name
         planned = plan_request(request, resolved, engine=self.engine_name, arch=self.arch)
         self.fields = planned.fields
         self.plan = planned.keys
@@ -97,9 +105,8 @@ class AggregationRun:
         self.returns = planned.returns
         self.probes = planned.probes
         self.options = replace(
-            options or EngineOptions(),
-            kernel_stack_trace="kstack" in self.fields,
-            user_stack_trace="ustack" in self.fields and self.stack_options.kernel_user_walk,
+            options,
+            user_stack="ustack" in self.fields and self.stack_options.kernel_user_walk,
         )
         # With the tracefs engine, stacks of a command are symbolized from maps the keeper
         # copies at its exec and exit, so the run starts the command itself, gated.
@@ -111,9 +118,9 @@ class AggregationRun:
         self.session = self._session(pids, None if self.owns_command else command)
         needs_kernel = "kstack" in self.fields
         if needs_kernel and kernel_symbols is None:
-            from probescope.sinks.kernel_symbols import KernelSymbols
+            from probescope.engines.tracefs.kernel_context import read_kernel_symbols
 
-            kernel_symbols = KernelSymbols.load()
+            kernel_symbols = read_kernel_symbols()
         self.maps = ProcessMaps()
         self.symbolizer = Symbolizer(self.maps, kernel_symbols)
         self.fast_path = False

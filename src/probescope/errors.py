@@ -109,6 +109,24 @@ class PtraceError(ProbescopeError):
     """A ptrace operation on a tracee failed."""
 
 
+class BpfError(ProbescopeError):
+    """The bpf() or perf_event_open() system call refused an operation; `errno` says why."""
+
+    def __init__(self, message: str, *, hint: str | None = None, errno: int = 0) -> None:
+        super().__init__(message, hint=hint)
+        self.errno = errno
+
+
+class VerifierError(BpfError):
+    """The kernel's verifier rejected a program; `log` holds what it said."""
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, errno: int = 0, log: str = ""
+    ) -> None:
+        super().__init__(message, hint=hint, errno=errno)
+        self.log = log
+
+
 class EngineUnavailable(ProbescopeError):
     """An engine cannot run on this machine; the message says why."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from probescope.language.model import ArgType, ProbeKind
+from probescope.language.model import ArgType, ProbeKind, ProbeSpec
 
 
 @dataclass(frozen=True, eq=False)
@@ -23,9 +23,36 @@ class EventType:
     arg_types: tuple[ArgType, ...] = ()
     system: str | None = None  # tracepoints: the events/ subsystem, which is the group
     fields: tuple[str, ...] = field(default=(), compare=False)
-    # The kernel's description of the record (an engines.tracefs EventFormat) when the events
-    # came from trace events: what a printer needs to print them as the kernel does.
+    # The kernel's description of the record (a traceevent.format.EventFormat) when the events
+    # came from trace events: what a printer needs to print them as the kernel does (the text
+    # sink evaluates a tracepoint's `print fmt` from it). The decoder sets it; it is how the
+    # formats of a session's events reach its sinks, with no registry in between.
     format: Any = field(default=None, compare=False)
+
+    @classmethod
+    def of_probe(
+        cls,
+        spec: ProbeSpec,
+        kind: ProbeKind | None = None,
+        *,
+        group: str | None = None,
+        name: str | None = None,
+        fields: tuple[str, ...] = (),
+        format: Any = None,
+    ) -> EventType:
+        """The EventType of a dynamic probe's events: the names and types of the spec's
+        arguments, its group and event name (or `group` and `name`, those it was installed
+        under), and `kind` (default the spec's: a resolved probe may say usdt where the spec
+        says uprobe). `fields` and `format` are what its `format` file says, when known."""
+        return cls(
+            group=group or spec.group_name,
+            name=name or spec.event_name,
+            kind=kind or spec.kind,
+            arg_names=tuple(arg.name for arg in spec.args),
+            arg_types=tuple(arg.type for arg in spec.args),
+            fields=fields,
+            format=format,
+        )
 
 
 class Event(NamedTuple):

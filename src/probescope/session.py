@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probescope.engines.base import Engine, EngineOptions, EngineStats, Target
 from probescope.engines.registry import create_engine
@@ -25,6 +25,9 @@ from probescope.language.resolved import ResolvedProbe
 from probescope.sinks.base import Sink
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
+
+if TYPE_CHECKING:
+    from probescope.traceevent.context import KernelContext
 
 _TYPE = operator.attrgetter("type")
 
@@ -115,6 +118,29 @@ class Summary:
 Handler = Callable[[Any], Any]
 
 
+def _with_children(pids: Sequence[int], existing: bool, notes: list[str]) -> tuple[int, ...]:
+    """`pids`, and with `existing` every process already below them; without it, a note
+    naming those that will not be traced (the kernel follows only children created later)."""
+    from probescope.system.procfs import descendant_processes, read_comm
+
+    chosen = list(dict.fromkeys(pids))
+    for pid in list(chosen):
+        below = [child for child in descendant_processes(pid) if child not in chosen]
+        if not below:
+            continue
+        if existing:
+            chosen += below
+            continue
+        listing = ", ".join(f"{child} ({read_comm(child)})" for child in below[:8])
+        more = f" and {len(below) - 8} more" if len(below) > 8 else ""
+        notes.append(
+            f"process {pid} ({read_comm(pid)}) already has {len(below)} child "
+            f"process{'es' if len(below) > 1 else ''} that will not be traced: {listing}{more}; "
+            "add --children to trace them (only children created from now on are followed)"
+        )
+    return tuple(chosen)
+
+
 class Session:
     """A tracing session: specs resolved to probes, an engine attached, its events streamed.
 
@@ -124,13 +150,16 @@ class Session:
 
     or, writing to sinks until the end with teardown and signals handled:
 
-        summary = Session(["c:malloc"], command=["ls"]).run([open_sink("text", sys.stdout)])
+        session = Session(["c:malloc"], command=["ls"])
+        summary = session.run([open_sink("text", sys.stdout, context=session.kernel_context())])
 
     Specs may be text in either form or parsed values. `engine` is `auto`, `tracefs` or
     `ptrace`; `command` starts a program with the probes already armed (the session ends with
-    it); `pids` traces running processes and the threads and children they create. `kernel` is
-    the running kernel as read once (read now when not given); `options` what the engine is
-    asked beyond the probes (clock, ring buffer size, default filter...).
+    it); `pids` traces running processes and the threads and children they create, and with
+    `existing_children` the processes they already have too (nginx's workers under its master:
+    without it, `notes` names them). `kernel` is the running kernel as read once (read now when
+    not given); `options` what the engine is asked beyond the probes (clock, ring buffer size,
+    default filter...).
     """
 
     def __init__(
@@ -141,6 +170,7 @@ class Session:
         pids: Sequence[int] = (),
         command: Sequence[str] | None = None,
         follow_children: bool = True,
+        existing_children: bool = False,
         arch: Arch | None = None,
         probes: Sequence[ResolvedProbe] | None = None,
         options: EngineOptions | None = None,
@@ -149,16 +179,18 @@ class Session:
         if command and pids:
             raise ProbescopeError("give either a command or pids, not both")
         self.kernel = kernel or RunningKernel.read()
+        self.notes: list[str] = []  # what resolution left out (globs), said before tracing
         self._resolve = functools.partial(
             resolve_specs,
             pid=pids[0] if len(pids) == 1 else None,
             arch=arch,
             grammar=self.kernel.grammar,
+            notes=self.notes,
         )
         self.probes = list(probes) if probes is not None else self._resolve(specs)
         self.target = Target(
             command=tuple(command) if command else None,
-            pids=tuple(pids),
+            pids=_with_children(pids, existing_children, self.notes),
             follow_children=follow_children,
         )
         self.engine_name = engine
@@ -168,9 +200,24 @@ class Session:
         self.hits: Counter[str] = Counter()
         self.kinds: Counter[str] = Counter()
         self.lost = 0
+        self.engine_notes: list[str] = []  # why `auto` passed engines over, for the summary
         self._started = 0.0
         self._closed = False
         self.end_reason = "end"
+        self._kernel_context: KernelContext | None = None
+
+    def kernel_context(self) -> KernelContext:
+        """What printing this session's events needs from the running kernel (its symbols, BTF
+        types and printk strings as far as the probes' kinds need them, its release's printing
+        facts), read on first use — before tracing starts, so the first batch does not wait
+        for it. Give it to the sinks: `open_sink("text", out, context=session.kernel_context())`."""
+        if self._kernel_context is None:
+            kinds = {probe.kind for probe in self.probes}
+            # Imported on first use: `trace --dry-run` and the API without sinks never need it.
+            from probescope.engines.tracefs.kernel_context import read_kernel_context
+
+            self._kernel_context = read_kernel_context(self.kernel, kinds)
+        return self._kernel_context
 
     def on(self, spec: str | Spec, handler: Handler) -> None:
         """Run `handler(ctx)` synchronously at each hit of `spec`, while the thread is stopped
@@ -185,6 +232,7 @@ class Session:
             self.probes,
             options=self.options,
             kernel=self.kernel,
+            notes=self.engine_notes,
         )
         if self.handlers:
             self._register_handlers(engine)
@@ -311,6 +359,8 @@ class Session:
 
     def summary(self, reason: str = "end") -> Summary:
         stats = self.engine.stats() if self.engine is not None else None
+        if stats is not None:
+            stats.notes[:0] = [note for note in self.engine_notes if note not in stats.notes]
         lost = stats.lost if stats else self.lost
         return Summary(
             engine=self.engine.name if self.engine else self.engine_name,

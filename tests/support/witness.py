@@ -121,16 +121,17 @@ def record_both(
     serial: int,
     clock: str = "mono",
     function_stack: bool = False,
+    user_stack: bool = False,
 ) -> tuple[list[str], list[str]]:
     """Run `argv` (it must wait for a line on stdin before doing its work) under a session of
     `specs` and, armed by `arm_witness`, a witness instance; return (our text lines, the
     kernel's lines from the witness's `trace`)."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     assert proc.stdin is not None
-    options = EngineOptions(clock=clock, function_stack=function_stack)
+    options = EngineOptions(clock=clock, function_stack=function_stack, user_stack=user_stack)
     session = Session(specs, engine="tracefs", pids=[proc.pid], options=options)
     out = io.BytesIO()
-    sink = open_sink("text", out)
+    sink = open_sink("text", out, context=session.kernel_context())
     try:
         session.start()
         engine = session.engine

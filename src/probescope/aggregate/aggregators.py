@@ -53,7 +53,7 @@ class StackResolver:
     def __init__(self, symbolizer: Symbolizer, options: StackOptions) -> None:
         self.symbolizer = symbolizer
         self.options = options
-        self.user_record: tuple[int, ...] | None = None
+        self.user_record: bytes | None = None
         self.kernel_record: bytes | None = None
         self.unwind_failed = 0
 
@@ -67,8 +67,7 @@ class StackResolver:
                 record = self.user_record
                 if record is None:
                     return ()
-                end = record.index(0) if 0 in record else len(record)
-                pcs = list(record[:end])  # the kernel zero-fills after the last entry
+                pcs = user_addresses(record)
                 if at_entry and caller is not None and pcs:
                     pcs.insert(1, caller(event))
                 return symbolizer.user_stack(event.pid, pcs)
@@ -104,6 +103,17 @@ class StackResolver:
             return self.symbolizer.kernel_stack(kernel_addresses(raw))
 
         return from_record
+
+
+def user_addresses(raw: bytes) -> list[int]:
+    """The return addresses of a `user_stack` record, up to the first 0 (the kernel
+    zero-fills the entries after the last)."""
+    addresses = []
+    for (address,) in struct.iter_unpack("<Q", raw[: len(raw) // 8 * 8]):
+        if not address:
+            break
+        addresses.append(address)
+    return addresses
 
 
 def kernel_addresses(raw: bytes) -> list[int]:
@@ -248,8 +258,7 @@ class EventAggregator:
             if pending is None:
                 self.result.count("stack records without their event")
                 return
-            args = event.args
-            pending[slot] = args[-1] if slot == 3 else tuple(args[-1])
+            pending[slot] = event.args[-1]
             needs_user, needs_kernel = self._needs
             if (pending[2] is not None or not needs_user) and (
                 pending[3] is not None or not needs_kernel

@@ -8,6 +8,7 @@ that pairs entries with returns (`__ps_sp`), and a copy of the stack (`stack_cap
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from probescope.aggregate.aggregators import StackOptions
@@ -90,7 +91,7 @@ def plan_request(
         raise AggregationError("no probes to aggregate", hint="give at least one probe spec")
     planner = _Planner(Plan(request, engine, arch))
     plan = planner.plan
-    plan.fields = planner._key_fields(resolved)
+    plan.fields = key_fields(request, resolved)
     plan.stacks = StackOptions(
         method=request.stack_method,
         kernel_user_walk=(
@@ -103,6 +104,21 @@ def plan_request(
         p.spec.event_name: p.on_function_entry for p in plan.probes if isinstance(p.spec, ProbeSpec)
     }
     return plan
+
+
+def key_fields(request: Request, probes: Sequence[ResolvedProbe]) -> tuple[str, ...]:
+    """The key of the request's values: `by`, or the default of its kind (the probe when
+    there are several; stacks: the user stack for user probes, else the kernel's)."""
+    if request.by is not None:
+        return request.by
+    several = len({_event_name(p) for p in probes}) > 1
+    if request.kind == "stacks":
+        user = any(p.kind.is_user for p in probes)
+        stack = ("ustack",) if user else ("kstack",)
+        return (("probe",) if several else ()) + stack
+    if request.kind == "count":
+        return ("probe",)
+    return ("probe",) if several else ()
 
 
 class _Planner:
@@ -122,19 +138,6 @@ class _Planner:
     @property
     def stack_options(self) -> StackOptions:
         return self.plan.stacks
-
-    def _key_fields(self, probes: list[ResolvedProbe]) -> tuple[str, ...]:
-        request = self.request
-        if request.by is not None:
-            return request.by
-        several = len({_event_name(p) for p in probes}) > 1
-        if request.kind == "stacks":
-            user = any(p.kind.is_user for p in probes)
-            stack = ("ustack",) if user else ("kstack",)
-            return (("probe",) if several else ()) + stack
-        if request.kind == "count":
-            return ("probe",)
-        return ("probe",) if several else ()
 
     def _prepare(self, probes: list[ResolvedProbe]) -> list[ResolvedProbe]:
         request = self.request

@@ -26,10 +26,10 @@ from probescope.aggregate.aggregators import is_stack_record
 from probescope.aggregate.keys import STACK_FIELDS, KeyPlan, probe_label
 from probescope.aggregate.maps import AggregateMap, Aggregation, Key
 from probescope.aggregate.values import LOG2, Count, Histogram, Scale, Value
-from probescope.engines.tracefs.format import EventFormat
-from probescope.engines.tracefs.ringbuffer import SubBufferLayout, compile_reader, read_header
 from probescope.errors import RingBufferFormatError
 from probescope.events import EventType
+from probescope.traceevent.format import EventFormat
+from probescope.traceevent.ringbuffer import SubBufferLayout, compile_reader, read_header
 
 FAST_FIELDS = frozenset({"probe", "pid", "tid", "cpu", "comm", "retval"})
 _INT_CODES = {(1, False): "B", (2, False): "H", (4, False): "I", (8, False): "Q"}

@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for probe in resolve_specs(args.specs, pid=args.pid, grammar=RunningKernel.read().grammar):
+    notes: list[str] = []
+    grammar = RunningKernel.read().grammar
+    for probe in resolve_specs(args.specs, pid=args.pid, grammar=grammar, notes=notes):
         print(probe.spec.definition())
         if args.verbose:
             where = probe.label
@@ -30,4 +32,6 @@ def run(args: argparse.Namespace) -> int:
                 details.append(f"size {probe.function_size}")
             extra = f" ({', '.join(details)})" if details else ""
             print(f"# {probe.spec.source}: {where}{extra}", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return 0

@@ -25,18 +25,29 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PID",
         help="trace process PID, its threads and the children it creates (repeatable)",
     )
+    parser.add_argument(
+        "--children",
+        action="store_true",
+        help="with -p: also trace the processes PID already has (e.g. nginx's workers)",
+    )
     parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after this")
     parser.add_argument("--engine", default="auto", choices=ENGINE_CHOICES)
     parser.add_argument(
-        "--clock", default="mono", help="tracefs trace clock (mono matches CLOCK_MONOTONIC)"
+        "--clock",
+        default="mono",
+        help="trace clock (mono = CLOCK_MONOTONIC; the bpf engine reads mono or boot)",
     )
     parser.add_argument(
-        "--buffer-size", type=int, metavar="KB", help="tracefs ring buffer size per CPU"
+        "--buffer-size",
+        type=int,
+        metavar="KB",
+        help="ring buffer size per CPU (the bpf engine's one ring: this times the CPUs)",
     )
     parser.add_argument(
         "--filter",
         metavar="EXPR",
-        help="kernel filter for every tracepoint given without its own `if ...`",
+        help="kernel filter for every tracepoint given without its own `if ...` "
+        "(the bpf engine applies it to every uprobe too, in the program)",
     )
     parser.add_argument(
         "--all",
@@ -47,11 +58,15 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:
-    """The engine options the session arguments ask for (`--stack` only where a command has it)."""
+    """The engine options the session arguments ask for (`--stack` only where a command has
+    it: `trace --stack` records kernel stacks of function-tracer events and user stacks of
+    uprobe events)."""
+    stack = getattr(args, "stack", False)
     return EngineOptions(
         clock=args.clock,
         buffer_size_kb=args.buffer_size,
         default_filter=args.filter,
         allow_all_functions=args.all,
-        function_stack=getattr(args, "stack", False),
+        function_stack=stack,
+        user_stack=stack,
     )

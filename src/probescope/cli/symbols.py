@@ -1,10 +1,11 @@
-"""`probescope symbols TARGET [GLOB] [-p PID]`: list functions with their uprobe file offsets."""
+"""`probescope symbols TARGET [GLOB] [-p PID]`: list functions with their uprobe file offsets,
+C++ and Rust names demangled as `nm -C` does (the GLOB matches either spelling)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from probescope.symbols.function import FunctionSymbol
@@ -34,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="look for debug files here instead of /usr/lib/debug (repeatable)",
     )
     parser.add_argument("--no-cache", action="store_true", help="ignore the symbol cache")
+    parser.add_argument(
+        "--no-demangle", action="store_true", help="show C++ and Rust names as they are mangled"
+    )
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -44,7 +48,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     functions = table.match(args.glob) if args.glob else table.functions
     mappings = mappings_of(args.pid, table.identity) if args.pid is not None else None
     err.write(describe(table, len(functions)) + "\n")
-    for line in format_listing(functions, mappings):
+    spell = None if args.no_demangle else table.demangled.spelling
+    for line in format_listing(functions, mappings, spell):
         out.write(line + "\n")
     if table.stripped:
         err.write(
@@ -65,9 +70,13 @@ def describe(table: SymbolTable, shown: int) -> str:
 
 
 def format_listing(
-    functions: Sequence[FunctionSymbol], mappings: Sequence[Mapping] | None = None
+    functions: Sequence[FunctionSymbol],
+    mappings: Sequence[Mapping] | None = None,
+    spell: Callable[[str], str] | None = None,
 ) -> list[str]:
-    """Aligned rows (offset, size, binding, kind, [address], name and aliases), header first."""
+    """Aligned rows (offset, size, binding, kind, [address], name and aliases), header first;
+    `spell` turns each name into the text shown (SymbolTable.demangled.spelling)."""
+    spell = spell or str
     header = ["OFFSET", "SIZE", "BIND", "KIND"]
     if mappings is not None:
         header.append("ADDRESS")
@@ -76,10 +85,8 @@ def format_listing(
         row = [f"{function.offset:#x}", str(function.size), function.binding, function.kind]
         if mappings is not None:
             row.append(_address(function.offset, mappings))
-        row.append(
-            function.display_name
-            + (f"  ({', '.join(function.aliases)})" if function.aliases else "")
-        )
+        aliases = ", ".join(map(spell, function.aliases))
+        row.append(spell(function.display_name) + (f"  ({aliases})" if aliases else ""))
         rows.append(row)
     columns = len(header)
     widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(columns)]

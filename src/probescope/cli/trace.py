@@ -9,9 +9,6 @@ import shlex
 import sys
 from typing import IO, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from probescope.cli.session_options import add_session_arguments, engine_options
 from probescope.session import Session, Summary
 from probescope.sinks.base import open_sink, output_formats
@@ -32,34 +29,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stack",
         action="store_true",
-        help="record the kernel stack with every function-tracer event",
+        help="record the kernel stack with every function-tracer event and the user stack "
+        "with every uprobe event (tracefs engine)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     kernel = RunningKernel.read()
     if args.dry_run:
+        notes: list[str] = []
         for probe in resolve_specs(
-            args.specs, pid=args.pid[0] if len(args.pid) == 1 else None, grammar=kernel.grammar
+            args.specs,
+            pid=args.pid[0] if len(args.pid) == 1 else None,
+            grammar=kernel.grammar,
+            notes=notes,
         ):
             print(probe.spec.definition())
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         return 0
     session = Session(
         args.specs,
         engine=args.engine,
         pids=args.pid,
+        existing_children=args.children,
         command=shlex.split(args.command) if args.command else None,
         options=engine_options(args),
         kernel=kernel,
     )
+    if not args.quiet:
+        for note in session.notes:
+            print(f"note: {note}", file=sys.stderr)
     with contextlib.ExitStack() as stack:
         stream: IO[Any] = sys.stdout
         if args.output:
             stream = stack.enter_context(open(args.output, "w"))
-        sink = open_sink(args.format, stream)
-        prepare = getattr(sink, "prepare", None)
-        if prepare is not None:
-            prepare({probe.kind for probe in session.probes})
+        sink = open_sink(args.format, stream, context=session.kernel_context())
         summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
         print_summary(summary, sys.stderr)
@@ -67,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(summary: Summary, stream: IO[str]) -> None:
+    from rich.console import Console  # only once the session is over: not on its start-up path
+    from rich.table import Table
+
     console = Console(file=stream, soft_wrap=True, highlight=False)
     table = Table(box=None, pad_edge=False, show_header=True)
     hits_title = summary.stats.hits_title if summary.stats else None

@@ -41,13 +41,16 @@ class EngineOptions:
     """What a session asks of its engine beyond probes and target.
 
     `clock`: the trace clock (`mono` = CLOCK_MONOTONIC); `buffer_size_kb`: ring buffer per CPU;
-    `default_filter`: the filter of every tracepoint given without its own `if`;
+    `default_filter`: the filter of every tracepoint given without its own `if` (the bpf
+    engine applies it to uprobes too, evaluated in the program);
     `allow_all_functions`: let a function-tracer pattern select every kernel function;
-    `function_stack`: record the kernel stack with every function-tracer event;
-    `kernel_stack_trace` / `user_stack_trace`: a kernel / user stack record after every event
-    (tracefs `options/stacktrace`, `options/userstacktrace`); `read_interval`: how often the
-    engine polls its buffers, in seconds (None: its own default). An engine whose mechanism has
-    no such knob (a ring buffer size means nothing to ptrace) ignores it.
+    `function_stack`: record the kernel stack with every function-tracer event; `user_stack`:
+    record the user stack with every uprobe event (the kernel's `userstacktrace`: it then
+    follows every event of the session); `kernel_stack`: record the kernel stack after every
+    event (the kernel's `stacktrace`, for aggregations keyed by it); `read_interval`: how often
+    the engine polls its buffers, in seconds (None: its own default). An engine whose
+    mechanism has no such knob (a ring buffer size means nothing to ptrace) ignores it; one
+    that cannot record what is asked (ptrace: user stacks) says so in `available()`.
     """
 
     clock: str = "mono"
@@ -55,8 +58,8 @@ class EngineOptions:
     default_filter: str | None = None
     allow_all_functions: bool = False
     function_stack: bool = False
-    kernel_stack_trace: bool = False
-    user_stack_trace: bool = False
+    user_stack: bool = False
+    kernel_stack: bool = False
     read_interval: float | None = None
 
 

@@ -29,6 +29,13 @@ class EngineEntry:
 
 ENGINES: tuple[EngineEntry, ...] = (
     EngineEntry(
+        "bpf",
+        "probescope.engines.bpf.engine",
+        "BpfEngine",
+        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT}),
+        "probes compiled to BPF in Python: in-kernel filters, fast attach, nothing left behind",
+    ),
+    EngineEntry(
         "tracefs",
         "probescope.engines.tracefs.engine",
         "TracefsEngine",
@@ -52,9 +59,22 @@ ENGINES: tuple[EngineEntry, ...] = (
         frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE}),
         "uprobes re-implemented in user space with ptrace (no root needed)",
     ),
+    EngineEntry(
+        "fentry",
+        "probescope.engines.fentry.fallback",
+        "FallbackEngine",
+        frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.FUNCTION}),
+        "function entries and returns patched into jumps, no trap per hit (processes only)",
+    ),
 )
 BY_NAME = {entry.name: entry for entry in ENGINES}
 ENGINE_CHOICES = ("auto", *BY_NAME)
+
+
+def _user_function_tracer(probes: Sequence[ResolvedProbe]) -> bool:
+    from probescope.engines.fentry.catalog import user_function_pattern
+
+    return any(user_function_pattern(probe.spec) is not None for probe in probes)
 
 
 def availability(entry: EngineEntry, kernel: RunningKernel | None = None) -> Availability:
@@ -71,9 +91,14 @@ def create_engine(
     *,
     options: EngineOptions | None = None,
     kernel: RunningKernel | None = None,
+    notes: list[str] | None = None,
 ) -> Engine:
-    """The engine `name`, or for `auto` the first that can run here and handles every probe."""
+    """The engine `name`, or for `auto` the first (in ENGINES order) that can run here and
+    handles every probe; why each engine before it was passed over is appended to `notes`.
+    An engine may refuse particular probes with an `unsupported(probes) -> str | None`."""
     kinds = {probe.kind for probe in probes}
+    if name == "auto" and ProbeKind.FUNCTION in kinds and _user_function_tracer(probes):
+        name = "fentry"  # `f:./prog:GLOB`: the user-space function tracer is fentry's
     kernel = kernel or RunningKernel.read()
     options = options or EngineOptions()
     if name != "auto":
@@ -90,6 +115,11 @@ def create_engine(
             raise EngineUnavailable(
                 f"the {name} engine cannot run here: {state.reason}", hint=state.hint
             )
+        refusal = _unsupported(engine, probes)
+        if refusal:
+            raise EngineUnavailable(
+                f"the {name} engine cannot run {refusal}", hint="choose another --engine"
+            )
         return engine
     reasons = []
     for entry in ENGINES:
@@ -104,10 +134,22 @@ def create_engine(
             reasons.append(f"{entry.name}: {error}")
             continue
         state = engine.available()
-        if state.ok:
+        refusal = _unsupported(engine, probes, auto=True) if state.ok else None
+        if state.ok and refusal is None:
+            if notes is not None and reasons:
+                notes.append("engine auto: passed over " + "; ".join(reasons))
             return engine
-        reasons.append(f"{entry.name}: {state.reason}")
+        reasons.append(f"{entry.name}: {refusal or state.reason}")
     raise EngineUnavailable(
         "no engine can run these probes here: " + "; ".join(reasons),
         hint="`probescope engines` explains what each engine needs",
     )
+
+
+def _unsupported(
+    engine: Engine, probes: Sequence[ResolvedProbe], *, auto: bool = False
+) -> str | None:
+    check = getattr(engine, "unsupported", None)
+    if check is None:
+        return None
+    return check(probes, auto=True) if auto else check(probes)  # type: ignore[no-any-return]

@@ -20,11 +20,14 @@ class Arch:
     instruction_pointer: str
     breakpoint_size: int
     long_size: int = 8
+    go_arg_registers: tuple[str, ...] = ()  # Go's register ABI (ABIInternal), in its order
 
-    def arg_register(self, index: int) -> str | None:
-        """The register holding the 1-based `index`th integer argument, if it is in a register."""
-        if 1 <= index <= len(self.arg_registers):
-            return self.arg_registers[index - 1]
+    def arg_register(self, index: int, *, go: bool = False) -> str | None:
+        """The register holding the 1-based `index`th integer argument, if it is in a register
+        (`go`: the `index`th integer register word of Go's register ABI)."""
+        registers = self.go_arg_registers if go else self.arg_registers
+        if 1 <= index <= len(registers):
+            return registers[index - 1]
         return None
 
 
@@ -36,6 +39,7 @@ X86_64 = Arch(
     stack_pointer="sp",
     instruction_pointer="ip",
     breakpoint_size=1,
+    go_arg_registers=("ax", "bx", "cx", "di", "si", "r8", "r9", "r10", "r11"),
 )
 
 ARM64 = Arch(
@@ -46,6 +50,7 @@ ARM64 = Arch(
     stack_pointer="sp",
     instruction_pointer="pc",
     breakpoint_size=4,
+    go_arg_registers=tuple(f"x{n}" for n in range(16)),
 )
 
 ARCHES = {"x86_64": X86_64, "amd64": X86_64, "aarch64": ARM64, "arm64": ARM64}

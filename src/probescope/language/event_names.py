@@ -24,6 +24,14 @@ def event_name_for(symbol: str, offset: int, is_return: bool) -> str:
     return name[: MAX_EVENT_LEN - len(suffix)] + suffix
 
 
+def demangled_event_base(path: str) -> str:
+    """The part of an event name a demangled C++/Rust name gives: its words joined by single
+    underscores (`ns::Class::method` → `ns_Class_method`, `<a::S as a::T>::f` → `a_S_as_a_T_f`),
+    kept to its last MAX_EVENT_LEN characters, where the function's own name is."""
+    words = "".join(c if c.isascii() and (c.isalnum() or c == "_") else " " for c in path).split()
+    return "_".join(words)[-MAX_EVENT_LEN:].lstrip("_") or "probe"
+
+
 def numbered(name: str, number: int) -> str:
     """`NAME_NUMBER`, NAME cut so that the whole stays within MAX_EVENT_LEN."""
     suffix = f"_{number}"

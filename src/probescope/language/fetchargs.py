@@ -466,6 +466,14 @@ def parse_fetcharg(
         hint = "types: u8..u64, s8..s64, x8..x64, char, string, ustring, b<w>@<o>/<c>, TYPE[N]"
         if flags.user and type_text in ("symbol", "symstr"):
             hint = "symbol and symstr resolve kernel addresses; they are for kprobes only"
+        elif type_text == "gostring":
+            raise ctx.error(
+                "the kernel cannot fetch a Go string: its fetch arguments read a string up to "
+                "a NUL, and a Go string is a pointer and a length, with no NUL after it",
+                type_offset,
+                hint="fetch its first bytes and its length apart (in a Go function argN and "
+                "arg(N+1) are the pointer and the length): name=+0(arg1):char[16] len=arg2:u64",
+            )
         elif type_text in TYPE_NAMES:
             release = ".".join(map(str, flags.grammar.release))
             hint = f"kernel {release} does not know the type {type_text!r}"

@@ -1,14 +1,18 @@
 """The friendly form: `[p|r][:GRP/EV] TARGET:SYMBOL[+OFF][%return] [ARGS]`.
 
 A friendly probe names a function instead of a file offset and may use `argN` (the ABI's Nth
-integer argument) and `retval` in its arguments. Everything is parsed here, arguments included
-(into the FetchArg AST, `argN` and `retval` as AbiArgument and FriendlyReturnValue nodes that
-keep their columns); `symbols.resolve` locates the target and lowers the arguments
-(language/lowering.py) into kernel-grammar ProbeSpecs, and nothing downstream sees this form.
+integer argument) and `retval` in its arguments. The function may be named as C++ and Rust
+demangle it (`./prog:ns::Class::method(int, char const*)`): its brackets may hold spaces, and
+a `+` of an operator's name (`operator+=`) is not an offset. Everything is parsed here,
+arguments included (into the FetchArg AST, `argN` and `retval` as AbiArgument and
+FriendlyReturnValue nodes that keep their columns); `symbols.resolve` locates the target and
+lowers the arguments (language/lowering.py) into kernel-grammar ProbeSpecs, and nothing
+downstream sees this form.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from probescope.errors import SpecError, SpecErrors
@@ -76,6 +80,7 @@ def parse_friendly(
     probe comes back with the arguments that parsed (so that its target can still be checked),
     without it they are raised.
     """
+    location, args = _whole_location(text, location, location_column, args)
     split = split_target(location)
     if split is None:
         raise SpecError(
@@ -116,7 +121,7 @@ def parse_friendly(
             )
         symbol, offset = None, raw
     else:
-        plus = place.find("+")
+        plus = _offset_plus(place)
         symbol = place if plus < 0 else place[:plus]
         if plus >= 0:
             raw = kstrtoul(place[plus + 1 :])
@@ -128,9 +133,7 @@ def parse_friendly(
                     hint="write SYMBOL+OFFSET with a decimal or 0x hex offset",
                 )
             offset = raw
-        bad = next(
-            (i for i, c in enumerate(symbol) if not (c.isprintable() and c not in " ()")), -1
-        )
+        bad = next((i for i, c in enumerate(symbol) if not c.isprintable()), -1)
         if not symbol or bad >= 0:
             raise SpecError(
                 f"invalid symbol {symbol!r}", spec=text, column=place_column + max(bad, 0)
@@ -164,10 +167,51 @@ def parse_friendly(
     )
 
 
-def lower_args(probe: FriendlyProbe, arch: Arch, *, on_entry: bool) -> tuple[FetchArg, ...]:
+_OPERATOR_TOKEN = re.compile(r"operator\s*(<<=|>>=|<=>|<<|>>|<=|>=|->\*|->|<|>|\(\)|\+\+|\+)")
+
+
+def _open_brackets(text: str) -> int:
+    """How many `(` and `<` of a demangled name are still open at its end (operator names
+    such as `operator<` and `operator()` are not brackets)."""
+    text = _OPERATOR_TOKEN.sub("operator", text)
+    parens = text.count("(") - text.count(")")
+    angles = text.count("<") - text.count(">")
+    return max(parens, 0) + max(angles, 0)
+
+
+def _whole_location(
+    text: str, location: str, location_column: int, args: list[tuple[int, str]]
+) -> tuple[str, list[tuple[int, str]]]:
+    """The location and the arguments after it: a location whose brackets are still open
+    (`./prog:ns::f(int,` `char)`) runs on through the words that close them."""
+    taken = 0
+    while taken < len(args) and ":" in location and _open_brackets(location) > 0:
+        column, word = args[taken]
+        location = text[location_column : column + len(word)]
+        taken += 1
+    return location, args[taken:]
+
+
+def _offset_plus(place: str) -> int:
+    """Where `SYMBOL+OFFSET` splits: the last `+`, unless it belongs to an operator's name
+    (`operator+`, `operator++(int)`, `operator+=(T)`); -1 when there is no offset."""
+    plus = place.rfind("+")
+    if plus <= 0:
+        return -1
+    if re.search(r"operator\s*\+\+?$", place[: plus + 1]) or not re.fullmatch(
+        r"\w*", place[plus + 1 :]
+    ):
+        return -1
+    return plus
+
+
+def lower_args(
+    probe: FriendlyProbe, arch: Arch, *, on_entry: bool, go_abi: bool = False
+) -> tuple[FetchArg, ...]:
     """The probe's arguments as a uprobe on `arch` fetches them (see language/lowering.py);
-    `on_entry`: the probe sits on the function's first instruction."""
-    place = Place(arch=arch, user=True, on_entry=on_entry)
+    `on_entry`: the probe sits on the function's first instruction; `go_abi`: in a Go
+    function that takes Go's register ABI."""
+    place = Place(arch=arch, user=True, on_entry=on_entry, go_abi=go_abi)
     return lower_fetchargs(probe.args, place, spec=probe.source)
 
 

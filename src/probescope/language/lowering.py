@@ -2,10 +2,11 @@
 
 A pure rewrite of the parsed arguments, once the probe's place is known: on a uprobe `argN`
 becomes the ABI register (or `$stackK` past the register arguments, at a function's first
-instruction only), on a kprobe `$argN`; `retval` becomes `$retval` on both. The expression
-written to the kernel is printed from the lowered node, spliced where the user wrote `argN`, so
-the rest keeps the user's own spelling (`+0x10(...)`, `\\0x7b`) and the kernel echoes what the
-user wrote. Errors point at the user's text.
+instruction only; in a Go function Go's register ABI, where `argN` is the Nth register word
+and a string takes two: pointer, length), on a kprobe `$argN`; `retval` becomes `$retval` on
+both. The expression written to the kernel is printed from the lowered node, spliced where the
+user wrote `argN`, so the rest keeps the user's own spelling (`+0x10(...)`, `\\0x7b`) and the
+kernel echoes what the user wrote. Errors point at the user's text.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Place:
     arch: Arch
     user: bool = True  # a uprobe (ABI registers and stack) rather than a kprobe ($argN)
     on_entry: bool = True  # at a function's first instruction: stack arguments readable
+    go_abi: bool = False  # a Go function taking Go's register ABI (symbols/golang.py)
 
 
 def lower_fetchargs(args: tuple[FetchArg, ...], place: Place, *, spec: str) -> tuple[FetchArg, ...]:
@@ -73,9 +75,18 @@ def _lower_variable(variable: AbiArgument | FriendlyReturnValue, place: Place, s
     if not place.user:
         return FunctionArg(number)
     arch = place.arch
-    register = arch.arg_register(number)
+    register = arch.arg_register(number, go=place.go_abi)
     if register is not None:
         return Register(register)
+    if place.go_abi:
+        raise SpecError(
+            f"arg{number} of a Go function: Go passes the words past its "
+            f"{len(arch.go_arg_registers)} argument registers on the stack, in a layout only "
+            "the parameters' types tell",
+            spec=spec,
+            column=variable.column,
+            hint="read them from the stack yourself, e.g. +8(%sp) at the first instruction",
+        )
     if not place.on_entry:
         raise SpecError(
             f"arg{number} is passed on the stack and can only be read at the function's "

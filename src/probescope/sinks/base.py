@@ -2,8 +2,10 @@
 
 A sink receives `Event`s (one by one or as `EventBatch`es) from any engine and writes them to a
 stream it is given; it never opens files or touches the terminal itself, and `close()` flushes
-but leaves the stream to its owner. Formats are looked up by the name the CLI's `--format`
-takes; built-in formats are imported on first use, others can be added with `register_format`.
+but leaves the stream to its owner. What it needs to know of the kernel that wrote the events
+(symbols, types, printing facts) it is given as a `KernelContext`; it never reads the machine
+it runs on. Formats are looked up by the name the CLI's `--format` takes; built-in formats are
+imported on first use, others can be added with `register_format`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import IO, Any, Protocol
 
 from probescope.errors import ProbescopeError
 from probescope.events import Event, EventBatch
+from probescope.traceevent.context import KernelContext
 
 
 class OutputFormatError(ProbescopeError):
@@ -37,8 +40,9 @@ class Sink(Protocol):
 
 @dataclass(frozen=True)
 class OutputFormat:
-    """A named output: `factory(stream, **options)` makes its sink; `binary` says whether the
-    stream should be opened in binary mode (a text sink also accepts binary streams)."""
+    """A named output: `factory(stream, context=KernelContext, **options)` makes its sink;
+    `binary` says whether the stream should be opened in binary mode (a text sink also accepts
+    binary streams)."""
 
     name: str
     description: str
@@ -77,11 +81,14 @@ def output_formats() -> list[str]:
     return sorted(set(_BUILTIN) | set(_REGISTERED))
 
 
-def open_sink(name: str, stream: IO[Any], **options: Any) -> Sink:
-    """A sink of format `name` writing to `stream`."""
+def open_sink(
+    name: str, stream: IO[Any], *, context: KernelContext | None = None, **options: Any
+) -> Sink:
+    """A sink of format `name` writing to `stream`, printing with what `context` knows of the
+    kernel (a session's `kernel_context()`; a minimal context without)."""
     chosen = output_format(name)
     try:
-        return chosen.factory(stream, **options)
+        return chosen.factory(stream, context=context or KernelContext(), **options)
     except TypeError as error:
         raise OutputFormatError(f"output format {name!r}: {error}") from None
 

@@ -21,19 +21,30 @@ from typing import IO, Any
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.model import STRING_TYPES, ArgType
 from probescope.sinks.base import OutputFormat, is_binary_stream
+from probescope.traceevent.context import KernelContext
 
 _encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+_FIELD = {name: index for index, name in enumerate(Event._fields)}
 
 
 class JsonLinesSink:
     """Writes one JSON object per event (and per loss) to a text or binary stream.
 
     Each event type gets a line printer compiled once (a %-template with an expression per
-    value), several times faster than building a dict per event for the JSON encoder.
+    value), several times faster than building a dict per event for the JSON encoder. Values
+    are written as recorded (addresses as integers), so the `context` every sink is given is
+    kept but not needed.
     """
 
-    def __init__(self, stream: IO[Any], *, binary: bool | None = None) -> None:
+    def __init__(
+        self,
+        stream: IO[Any],
+        *,
+        context: KernelContext | None = None,
+        binary: bool | None = None,
+    ) -> None:
         self.stream = stream
+        self.kernel = context or KernelContext()
         self.binary = is_binary_stream(stream) if binary is None else binary
         self._heads: dict[EventType, dict[str, Any]] = {}
         self._lines: dict[EventType, Callable[[Event], str]] = {}
@@ -117,16 +128,25 @@ def _line_printer(event_type: EventType) -> Callable[[Event], str]:
     )[1:-1]
     template = '{"ts":%d,"cpu":%d,"pid":%d,"tid":%d,"comm":%s,' + head.replace("%", "%%")
     template += ',"ip":%d,"ret_ip":%s,"args":{'
-    values = ["e[0]", "e[1]", "e[2]", "e[3]", "_comm(e[4])", "e[6]", "_ret(e[7])"]
+    field = {name: f"e[{index}]" for name, index in _FIELD.items()}
+    values = [
+        field["timestamp_ns"],
+        field["cpu"],
+        field["pid"],
+        field["tid"],
+        f"_comm({field['comm']})",
+        field["ip"],
+        f"_ret({field['ret_ip']})",
+    ]
     pieces = []
     for index, (name, arg_type) in enumerate(
         zip(event_type.arg_names, event_type.arg_types, strict=False)
     ):
-        conversion, expression = _value_expression(arg_type, f"e[8][{index}]")
+        conversion, expression = _value_expression(arg_type, f"{field['args']}[{index}]")
         pieces.append(_encode(name).replace("%", "%%") + ":" + conversion)
         values.append(expression)
     template += ",".join(pieces) + '},"common_flags":%d,"common_preempt_count":%d}\n'
-    values += ["e[9]", "e[10]"]
+    values += [field["flags"], field["preempt_count"]]
     namespace: dict[str, Any] = {
         "_encode": _encode,
         "_json_value": _json_value,

@@ -6,25 +6,27 @@ A line is the context the kernel prints (`trace_print_context` in kernel/trace/t
 (`" %5lu.%06lu: "` in microseconds rounded like the kernel's `ns2usecs`, or `" %12llu: "` for
 counter clocks), followed by the event's own text. Probe events are printed as
 `print_uprobe_event` (kernel/trace/trace_uprobe.c) does, with the argument printers of
-kernel/trace/trace_probe.c. Other kinds get a printer from `EVENT_PRINTERS`; tracepoints use a
-plain `field=value` printer until their `print fmt` is interpreted.
+kernel/trace/trace_probe.c. Other kinds get a printer from `EVENT_PRINTERS`: tracepoints
+their `print fmt` evaluated (`traceevent.print_fmt`), kprobes and the function tracer their
+kernel symbols. What the kernel knows beyond the records (its symbols, types, strings, the flag
+letters of its release) comes from the `KernelContext` the sink is given; the sink reads nothing
+of the machine it runs on.
 
 For byte-identical output give the sink a binary stream: strings are written back with the bytes
-the kernel recorded (see `decoder`), which a strict text stream may refuse.
+the kernel recorded (see `traceevent.decoder`), which a strict text stream may refuse.
 """
 
 from __future__ import annotations
 
-import platform
 import struct
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.model import STRING_TYPES, ArgType, ProbeKind
 from probescope.sinks.base import OutputFormat, is_binary_stream
-from probescope.sinks.kernel_symbols import kernel_symbols, print_symbol
+from probescope.traceevent.body_template import BodyTemplate, Printer
+from probescope.traceevent.context import KernelContext
 
 TRACE_FLAG_IRQS_OFF = 0x01
 TRACE_FLAG_NEED_RESCHED_LAZY = 0x02
@@ -41,17 +43,15 @@ COUNTER_CLOCKS = frozenset({"counter", "uptime", "x86-tsc"})
 
 FAULT_STRING = "(fault)"
 
-Printer = Callable[[Event], str]
-
-
-def kernel_has_lazy_resched_flag(release: str | None = None) -> bool:
-    """Linux 6.13 gave bit 1 of common_flags to NEED_RESCHED_LAZY (it was IRQS_NOSUPPORT)."""
-    numbers = (release or platform.release()).split("-", 1)[0].split(".")
-    try:
-        major, minor = int(numbers[0]), int(numbers[1])
-    except (IndexError, ValueError):
-        return True
-    return (major, minor) >= (6, 13)
+_TIMESTAMP = Event._fields.index("timestamp_ns")
+_CPU = Event._fields.index("cpu")
+_TID = Event._fields.index("tid")
+_COMM = Event._fields.index("comm")
+_IP = Event._fields.index("ip")
+_RET_IP = Event._fields.index("ret_ip")
+_ARGS = Event._fields.index("args")
+_FLAGS = Event._fields.index("flags")
+_PREEMPT_COUNT = Event._fields.index("preempt_count")
 
 
 def lat_flags(
@@ -118,76 +118,45 @@ def lost_line(cpu: int | None, lost: int) -> str:
     return f"CPU:{where} [LOST {lost} EVENTS]\n"
 
 
-@dataclass(frozen=True)
-class BodyTemplate:
-    """An event's text as one %-format: `template % (values...)`, each value a Python
-    expression over `e` (the Event as a tuple: `e[6]` ip, `e[8]` args) that may call `helpers`.
-
-    Printer factories return this so the sink can fuse context and event text into a single
-    compiled format per event type; a factory may instead return any `Event -> str` callable.
-    """
-
-    template: str
-    values: tuple[str, ...]
-    helpers: Mapping[str, Any] = field(default_factory=dict)
-
-    def compile(self, name: str) -> Printer:
-        """This body as a function of the event (for callers that want the text alone)."""
-        namespace: dict[str, Any] = dict(self.helpers)
-        source = f"def body(e):\n    return {self.template!r} % ({_tuple(self.values)})\n"
-        exec(compile(source, f"<probescope text body {name}>", "exec"), namespace)
-        printer: Printer = namespace["body"]
-        return printer
-
-
-PrinterFactory = Callable[[EventType], BodyTemplate | Printer]
+PrinterFactory = Callable[[EventType, KernelContext], BodyTemplate | Printer]
+"""Makes the text of one event type, given what the kernel that wrote its events knew."""
 
 
 class TextSink:
     """Writes one kernel-format line per event.
 
-    `clock` is the instance's `trace_clock` (picks the timestamp format); `tgids` (tid → tgid,
-    from `saved_tgids`) turns on the `options/record-tgid` column, printed `(-------)` for a
-    tid the map lacks, as the kernel does; `irq_info=False` drops the flag column like
+    `context` is what the kernel that wrote the events knew (symbols for kprobe and function
+    lines and `%pS`, BTF types and printk strings for print fmts, the flag letters of its
+    release); without one, a minimal context: addresses print as numbers. `clock` is the
+    instance's `trace_clock` (picks the timestamp format); `tgids` (tid → tgid, from
+    `saved_tgids`) turns on the `options/record-tgid` column, printed `(-------)` for a tid the
+    map lacks, as the kernel does; `irq_info=False` drops the flag column like
     `options/irq-info` off; `lost_lines` writes `CPU:N [LOST M EVENTS]` before a batch that
-    follows a loss, as `trace_pipe` does. `lazy_resched`/`irqflags_support`: see `lat_flags`.
+    follows a loss, as `trace_pipe` does.
     """
 
     def __init__(
         self,
         stream: IO[Any],
         *,
+        context: KernelContext | None = None,
         clock: str = "local",
         tgids: Mapping[int, int] | None = None,
         irq_info: bool = True,
         lost_lines: bool = True,
-        lazy_resched: bool | None = None,
-        irqflags_support: bool = True,
         binary: bool | None = None,
     ) -> None:
-        if lazy_resched is None:
-            lazy_resched = kernel_has_lazy_resched_flag()
         self.stream = stream
+        self.kernel = context or KernelContext()
         self.binary = is_binary_stream(stream) if binary is None else binary
         self.lost_lines = lost_lines
         self._lines: dict[EventType, Printer] = {}
-        self._context = _Context(
+        self._context = _LineContext(
+            self.kernel,
             in_ns=clock not in COUNTER_CLOCKS,
             tgids=tgids,
             irq_info=irq_info,
-            lat=_LatFlags(lazy_resched, irqflags_support),
         )
-
-    def prepare(self, kinds: Iterable[ProbeKind]) -> None:
-        """Load what kernel events need (the kernel's symbols, and for tracepoints its BTF)
-        before tracing starts, so the first batch does not stall the reader for seconds."""
-        kinds = set(kinds)
-        if kinds & {ProbeKind.KPROBE, ProbeKind.KRETPROBE, ProbeKind.FUNCTION}:
-            kernel_symbols()
-        if ProbeKind.TRACEPOINT in kinds:
-            from probescope.sinks.print_fmt import PrintFmtContext
-
-            PrintFmtContext.running_kernel(hash_pointers=False)
 
     def format(self, event: Event) -> str:
         """The line (with its newline) for one event."""
@@ -249,7 +218,7 @@ class _CpuColumns(dict[int, str]):
         return text
 
 
-class _Context:
+class _LineContext:
     """`trace_print_context`, compiled together with each event type's text into one function.
 
     The `"%16s-%-7d "` task column is cached per thread id (and re-made when its comm
@@ -257,8 +226,14 @@ class _Context:
     """
 
     def __init__(
-        self, *, in_ns: bool, tgids: Mapping[int, int] | None, irq_info: bool, lat: _LatFlags
+        self,
+        kernel: KernelContext,
+        *,
+        in_ns: bool,
+        tgids: Mapping[int, int] | None,
+        irq_info: bool,
     ) -> None:
+        self.kernel = kernel
         self.in_ns = in_ns
         self.tgids = tgids
         self.irq_info = irq_info
@@ -266,7 +241,7 @@ class _Context:
             "_heads": {},
             "_head": self._head,
             "_cpus": _CpuColumns(),
-            "_lat": lat,
+            "_lat": _LatFlags(kernel.lazy_resched, kernel.irqflags_support),
             "_tgid_column": self._tgid_column,
             "_second": [0, "     0."],
             "_next_second": self._next_second,
@@ -292,7 +267,7 @@ class _Context:
 
     def line_printer(self, event_type: EventType) -> Printer:
         factory = EVENT_PRINTERS.get(event_type.kind, field_printer)
-        body = factory(event_type)
+        body = factory(event_type, self.kernel)
         namespace = dict(self.namespace)
         if isinstance(body, BodyTemplate):
             namespace.update(body.helpers)
@@ -302,19 +277,19 @@ class _Context:
             template, values = "%s\n", ["_body(e)"]
         prefix = ["head[1]"]
         if self.tgids is not None:
-            prefix.append("_tgid_column(e[3])")
-        prefix.append("_cpus[e[1]]")
+            prefix.append(f"_tgid_column(e[{_TID}])")
+        prefix.append(f"_cpus[e[{_CPU}]]")
         if self.irq_info:
-            prefix.append("_lat[(e[9] << 8) | e[10]]")
+            prefix.append(f"_lat[(e[{_FLAGS}] << 8) | e[{_PREEMPT_COUNT}]]")
         lines = [
             "def line(e):",
-            "    head = _heads.get(e[3])",
-            "    if head is None or head[0] != e[4]:",
-            "        head = _head(e[3], e[4])",
+            f"    head = _heads.get(e[{_TID}])",
+            f"    if head is None or head[0] != e[{_COMM}]:",
+            f"        head = _head(e[{_TID}], e[{_COMM}])",
         ]
         if self.in_ns:
             lines += [
-                "    micros = (e[0] + 500) // 1000 - _second[0]",
+                f"    micros = (e[{_TIMESTAMP}] + 500) // 1000 - _second[0]",
                 "    if not 0 <= micros < 1000000:",
                 "        micros = _next_second(micros + _second[0])",
             ]
@@ -323,7 +298,7 @@ class _Context:
             values = ["micros", *values]
         else:
             template = " %12d: " + template
-            values = ["e[0]", *values]
+            values = [f"e[{_TIMESTAMP}]", *values]
         lines.append(f"    return {' + '.join(prefix)} + {template!r} % ({_tuple(values)})")
         filename = f"<probescope text line {event_type.group}/{event_type.name}>"
         exec(compile("\n".join(lines) + "\n", filename, "exec"), namespace)
@@ -335,37 +310,42 @@ def _tuple(values: list[str] | tuple[str, ...]) -> str:
     return "".join(f"{value}, " for value in values)
 
 
-def probe_printer(event_type: EventType) -> BodyTemplate:
+def probe_printer(event_type: EventType, context: KernelContext) -> BodyTemplate:
     """`print_uprobe_event`: `NAME: (0x%lx)` for entries, `NAME: (0x%lx <- 0x%lx)` (return
     address, function) for returns, then ` ARG=VALUE` per argument."""
     name = event_type.name.replace("%", "%%")
     if event_type.kind.is_return:
         template = f"{name}: (0x%x <- 0x%x)"
-        values = ["e[7]", "e[6]"]
+        values = [f"e[{_RET_IP}]", f"e[{_IP}]"]
     else:
         template = f"{name}: (0x%x)"
-        values = ["e[6]"]
-    for index, (arg_name, arg_type) in enumerate(
-        zip(event_type.arg_names, event_type.arg_types, strict=True)
-    ):
-        conversion, expression = _arg_printer(arg_type, f"e[8][{index}]")
-        template += f" {arg_name.replace('%', '%%')}={conversion}"
-        values.append(expression)
-    return BodyTemplate(template, tuple(values), _VALUE_HELPERS)
+        values = [f"e[{_IP}]"]
+    arg_template, arg_values, helpers = _arguments(event_type, context)
+    return BodyTemplate(template + arg_template, (*values, *arg_values), helpers)
 
 
-def field_printer(event_type: EventType) -> BodyTemplate:
-    """`NAME: field=value ...` for kinds without a kernel-identical printer yet (tracepoints
-    until their `print fmt` is interpreted). Not the kernel's text."""
-    template = f"{event_type.name.replace('%', '%%')}:"
+def field_printer(event_type: EventType, context: KernelContext) -> BodyTemplate:
+    """`NAME: field=value ...` for kinds without a kernel-identical printer (tracepoints whose
+    type carries no format). Not the kernel's text."""
+    arg_template, arg_values, helpers = _arguments(event_type, context)
+    return BodyTemplate(
+        f"{event_type.name.replace('%', '%%')}:" + arg_template, arg_values, helpers
+    )
+
+
+def _arguments(
+    event_type: EventType, context: KernelContext
+) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+    """` ARG=VALUE` per argument as trace_probe.c prints them: template, values, helpers."""
+    template = ""
     values: list[str] = []
     for index, (arg_name, arg_type) in enumerate(
         zip(event_type.arg_names, event_type.arg_types, strict=True)
     ):
-        conversion, expression = _arg_printer(arg_type, f"e[8][{index}]")
+        conversion, expression = _arg_printer(arg_type, f"e[{_ARGS}][{index}]")
         template += f" {arg_name.replace('%', '%%')}={conversion}"
         values.append(expression)
-    return BodyTemplate(template, tuple(values), _VALUE_HELPERS)
+    return template, tuple(values), _value_helpers(context)
 
 
 def _arg_printer(arg_type: ArgType, value: str) -> tuple[str, str]:
@@ -415,101 +395,122 @@ def _bytes(value: bytes | str) -> str:
     return value if isinstance(value, str) else value.hex()
 
 
-def _ksym(value: int) -> str:
-    return print_symbol(value)
+def _value_helpers(context: KernelContext) -> dict[str, Any]:
+    ksym = context.print_symbol
+
+    def ksyms(values: tuple[int, ...]) -> str:
+        return ",".join(map(ksym, values))
+
+    return {
+        "_ksym": ksym,
+        "_ksyms": ksyms,
+        "_string": _string,
+        "_strings": _strings,
+        "_chars": _chars,
+        "_ints": _ints,
+        "_hexes": _hexes,
+        "_bytes": _bytes,
+    }
 
 
-def _ksyms(values: tuple[int, ...]) -> str:
-    return ",".join(map(_ksym, values))
-
-
-_VALUE_HELPERS: dict[str, Any] = {
-    "_ksym": _ksym,
-    "_ksyms": _ksyms,
-    "_string": _string,
-    "_strings": _strings,
-    "_chars": _chars,
-    "_ints": _ints,
-    "_hexes": _hexes,
-    "_bytes": _bytes,
-}
-
-
-def kprobe_printer(event_type: EventType) -> Printer:
+def kprobe_printer(event_type: EventType, context: KernelContext) -> Printer:
     """`print_kprobe_event`/`print_kretprobe_event`: `NAME: (sym+0xoff/0xsize)` or
     `NAME: (caller+0xoff/0xsize <- func)`, then the arguments as for uprobes."""
-    args = probe_printer(event_type)
-    arg_template = args.template.split(")", 1)[1]
-    arg_values = args.values[2 if event_type.kind.is_return else 1 :]
-    tail = BodyTemplate(arg_template, arg_values, args.helpers).compile(event_type.name)
+    tail = BodyTemplate(*_arguments(event_type, context)).compile(event_type.name)
     name = event_type.name
+    symbol = context.print_symbol
     if event_type.kind.is_return:
 
         def returned(e: Event) -> str:
-            caller = print_symbol(e.ret_ip or 0)
-            return f"{name}: ({caller} <- {print_symbol(e.ip, offset=False)}){tail(e)}"
+            caller = symbol(e.ret_ip or 0)
+            return f"{name}: ({caller} <- {symbol(e.ip, offset=False)}){tail(e)}"
 
         return returned
 
     def entered(e: Event) -> str:
-        return f"{name}: ({print_symbol(e.ip)}){tail(e)}"
+        return f"{name}: ({symbol(e.ip)}){tail(e)}"
 
     return entered
 
 
-def function_printer(event_type: EventType) -> BodyTemplate | Printer:
+def function_printer(event_type: EventType, context: KernelContext) -> BodyTemplate | Printer:
     """`trace_fn_trace`: `func <-parent` (no event name), symbols as `%ps`; a kernel_stack
     record (func_stack_trace) as `trace_stack_print` does: `<stack trace>` then ` => caller`
-    lines up to the end of the record or ULONG_MAX."""
+    lines up to the end of the record or ULONG_MAX; a user_stack record (userstacktrace) as
+    `trace_user_stack_print` does without sym-userobj: `<user stack trace>` then
+    ` =>  <%016lx>` lines up to the first zero."""
     if event_type.name == "kernel_stack":
-        return _stack_lines
-    return BodyTemplate("%s", ("_calls[e[8][0], e[8][1]]",), {"_calls": _CallText()})
+        return _StackLines(context)
+    if event_type.name == "user_stack":
+        return _user_stack_lines
+    user_calls = getattr(event_type.format, "call_text", None)
+    if user_calls is not None:  # the user-space function tracer: the program's own symbols
+        return user_calls  # type: ignore[no-any-return]
+    return BodyTemplate(
+        "%s", (f"_calls[e[{_ARGS}][0], e[{_ARGS}][1]]",), {"_calls": _CallText(context)}
+    )
 
 
 class _CallText(dict[tuple[int, int], str]):
     """`func <-parent` by (ip, parent ip): a traced function set has few call sites."""
 
+    def __init__(self, context: KernelContext) -> None:
+        super().__init__()
+        self.symbol = context.print_symbol
+
     def __missing__(self, key: tuple[int, int]) -> str:
         ip, parent = key
-        text = print_symbol(ip, offset=False) if ip else "0"
+        text = self.symbol(ip, offset=False) if ip else "0"
         if parent:
-            text += " <-" + print_symbol(parent, offset=False)
+            text += " <-" + self.symbol(parent, offset=False)
         if len(self) < 65536:
             self[key] = text
         return text
 
 
-def tracepoint_body(event_type: EventType) -> BodyTemplate | Printer:
-    """A tracepoint's text: its `print fmt` evaluated as `trace` does when the engine registered
-    its format (`print_fmt.register_tracepoint`), else `field_printer`."""
-    from probescope.sinks.print_fmt import (
-        PrintFmtContext,
-        register_tracepoint,
-        registered_body,
-    )
+def print_fmt_printer(event_type: EventType, context: KernelContext) -> BodyTemplate | Printer:
+    """A tracepoint's text: its `print fmt` evaluated as `trace` does when its type carries its
+    format (record by record falling back to `NAME: <print fmt not reproduced> field=value`),
+    else `field_printer`."""
+    if event_type.format is None:
+        return field_printer(event_type, context)
+    # Imported here: the print fmt compiler costs tens of milliseconds of start-up that sessions
+    # without tracepoints do not need.
+    from probescope.traceevent.print_fmt import tracepoint_body
 
-    body = registered_body(event_type)
-    if body is None and event_type.format is not None:
-        context = PrintFmtContext.running_kernel(hash_pointers=False)
-        register_tracepoint(event_type, event_type.format, context, fallback=True)
-        body = registered_body(event_type)
-    return field_printer(event_type) if body is None else body
+    return tracepoint_body(event_type, event_type.format, context, fallback=True)
 
 
 FTRACE_TRAMPOLINE_MARKER = 0x7FFFFFFF
 _ULONG_MAX = (1 << 64) - 1
 
 
-def _stack_lines(e: Event) -> str:
+class _StackLines:
+    """A kernel_stack record as `trace_stack_print` prints it."""
+
+    def __init__(self, context: KernelContext) -> None:
+        self.symbol = context.print_symbol
+
+    def __call__(self, e: Event) -> str:
+        raw = e.args[-1]
+        lines = ["<stack trace>"]
+        for (address,) in struct.iter_unpack("<Q", raw[: len(raw) // 8 * 8]):
+            if address == _ULONG_MAX:
+                break
+            if address == FTRACE_TRAMPOLINE_MARKER:
+                lines.append(" => [FTRACE TRAMPOLINE]")
+            else:
+                lines.append(" => " + (self.symbol(address, offset=False) if address else "0"))
+        return "\n".join(lines)
+
+
+def _user_stack_lines(e: Event) -> str:
     raw = e.args[-1]
-    lines = ["<stack trace>"]
+    lines = ["<user stack trace>"]
     for (address,) in struct.iter_unpack("<Q", raw[: len(raw) // 8 * 8]):
-        if address == _ULONG_MAX:
+        if not address:
             break
-        if address == FTRACE_TRAMPOLINE_MARKER:
-            lines.append(" => [FTRACE TRAMPOLINE]")
-        else:
-            lines.append(" => " + (print_symbol(address, offset=False) if address else "0"))
+        lines.append(f" =>  <{address:016x}>")
     return "\n".join(lines)
 
 
@@ -520,7 +521,7 @@ EVENT_PRINTERS: dict[ProbeKind, PrinterFactory] = {
     ProbeKind.UPROBE: probe_printer,
     ProbeKind.URETPROBE: probe_printer,
     ProbeKind.USDT: probe_printer,
-    ProbeKind.TRACEPOINT: tracepoint_body,
+    ProbeKind.TRACEPOINT: print_fmt_printer,
 }
 """The event-text printer per kind; kinds not listed use `field_printer`."""
 

@@ -20,7 +20,7 @@ from typing import Any
 from probescope.symbols.identity import FileIdentity, stat_identity
 
 CACHE_DIR_ENV = "PROBESCOPE_CACHE_DIR"
-FORMAT = 7
+FORMAT = 8
 _MAGIC = b"PSSYMTAB"
 _HEADER = struct.Struct("<8sII")  # magic, format, crc32 of the payload
 MAX_ENTRIES = 512

@@ -26,6 +26,7 @@ from probescope.symbols.elfimage import (
     SymbolVersion,
 )
 from probescope.symbols.function import FunctionSymbol, split_versioned_name, versioned_name
+from probescope.symbols.golang import go_version
 from probescope.symbols.names import NamedSpelling
 from probescope.symbols.segment import PF_X, PT_LOAD, Segment
 
@@ -58,6 +59,7 @@ class Functions(NamedTuple):
     debug_notes: tuple[str, ...]
     checked: tuple[str, ...]
     is_go: bool
+    go_version: str | None = None
 
 
 def read_functions(
@@ -124,6 +126,7 @@ def read_functions(
         functions, spellings = collect_functions(
             dynamic, versions, static, static_source, image.loads
         )
+        is_go = any(image.section(name) is not None for name in GO_SECTIONS)
         return Functions(
             image.type,
             image.machine,
@@ -137,7 +140,8 @@ def read_functions(
             symtab is not None,
             notes,
             checked,
-            any(image.section(name) is not None for name in GO_SECTIONS),
+            is_go,
+            go_version(image) if is_go else None,
         )
     finally:
         if own_image:

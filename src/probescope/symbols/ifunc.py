@@ -19,7 +19,7 @@ from probescope.symbols.function import FunctionSymbol
 from probescope.symbols.insn import code_references, decode, disassembler, function_code
 from probescope.symbols.maps import file_offset_of_address, mappings_of
 from probescope.symbols.table import SymbolTable
-from probescope.system.maps import read_maps
+from probescope.system.maps import Mapping, read_maps
 
 RESOLVER_LIMIT = 4096  # bytes decoded when the resolver has no st_size
 DT_FLAGS_1, DF_1_PIE = 0x6FFFFFFB, 0x08000000
@@ -92,9 +92,10 @@ def resolve_ifunc(
 def _function_at_address(
     address: int, function: FunctionSymbol, table: SymbolTable, path: str
 ) -> FunctionSymbol:
-    found = file_offset_of_address("self", address, read_maps("self"))
+    maps = read_maps("self")
+    found = file_offset_of_address("self", address, maps)
     if found is None or not mappings_of("self", table.identity, [found[0]]):
-        where = "an unmapped address" if found is None else found[0].path
+        where = found[0].path if found is not None else _memory_at(address, maps)
         raise _unresolvable(
             function,
             table,
@@ -117,6 +118,17 @@ def _function_at_address(
         is_ifunc=False,
         source="ifunc",
     )
+
+
+def _memory_at(address: int, maps: list[Mapping]) -> str:
+    """What lies at an address outside every file: `the vDSO` (where glibc's time and
+    gettimeofday resolve: calls never reach the library), or anonymous memory."""
+    for mapping in maps:
+        if mapping.start <= address < mapping.end:
+            if mapping.path == "[vdso]":
+                return "the vDSO (calls never reach the library)"
+            return mapping.path or "anonymous memory"
+    return "an unmapped address"
 
 
 def _libdl() -> Any:

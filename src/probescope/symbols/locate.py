@@ -3,8 +3,11 @@
 Order: a name with a `/` is a path; otherwise, with a pid, the files that process has mapped
 (so `c` is the libc it really uses, in its container if it runs in one), then a command on
 PATH, then a library from the ld.so cache and the standard library directories. Files of a
-process in another root are returned as `/proc/PID/root/...` — the path the kernel needs.
-A name that matches several different files is an error listing them, never a guess.
+process in another root or mount namespace are returned as `/proc/PID/root/...` — the path
+the kernel needs. A path the process runs a deleted copy of (a binary replaced or removed while
+it runs) is its `/proc/PID/exe` or `/proc/PID/map_files/...` link, which reach the inode it
+runs; without a pid, the error names the processes that run one. A name that matches several
+different files is an error listing them, never a guess.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ def _locate(target: str, pid: int | None, root: str | None) -> Path:
         root = "" if pid is None else process_root(pid)
     root = root.rstrip("/")
     if "/" in target:
+        if pid is not None:
+            running = _deleted_copy(pid, target)
+            if running is not None:
+                return _checked(running, target, pid)
         return _checked(_under_root(root, target) if os.path.isabs(target) else target, target, pid)
     if pid is not None:
         mapped = _mapped_candidates(pid, root, target)
@@ -92,9 +99,15 @@ def _checked(path: str, target: str, pid: int | None) -> Path:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise SymbolError(
-            f"no such file: {target!r}{where}", hint="check the path, or give a command name"
-        ) from None
+        hint = "check the path, or give a command name"
+        running = _processes_running_deleted(target) if pid is None else []
+        if running:
+            listing = ", ".join(f"{p} ({comm})" for p, comm in running[:5])
+            hint = (
+                f"deleted while it runs in process {listing}: give -p {running[0][0]} "
+                f"(probescope then probes it through /proc/{running[0][0]}/exe)"
+            )
+        raise SymbolError(f"no such file: {target!r}{where}", hint=hint) from None
     except OSError as error:
         raise SymbolError(f"cannot access {target!r}{where}: {error.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
@@ -119,6 +132,41 @@ def _checked(path: str, target: str, pid: int | None) -> Path:
             f"{target!r} is not an ELF file", hint="uprobes attach to executables and libraries"
         )
     return _as_path(os.path.abspath(path))
+
+
+def _deleted_copy(pid: int, target: str) -> str | None:
+    """A path to the deleted file process `pid` maps under the name `target` (`/proc/PID/exe`
+    for its executable, else the mapping's map_files link), or None when it maps no deleted
+    file of that name."""
+    wanted = os.path.normpath(target if os.path.isabs(target) else os.path.abspath(target))
+    for mapping in read_maps(pid):
+        if not mapping.deleted or not mapping.is_file or mapping.path != wanted:
+            continue
+        try:
+            executable = os.stat(f"/proc/{pid}/exe")
+        except OSError:
+            executable = None
+        if executable is not None and executable.st_ino == mapping.inode:
+            return f"/proc/{pid}/exe"
+        return map_files_path(pid, mapping)
+    return None
+
+
+def _processes_running_deleted(target: str) -> list[tuple[int, str]]:
+    """(pid, comm) of the processes whose executable is the deleted file `target`."""
+    wanted = os.path.normpath(os.path.abspath(target)) + " (deleted)"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/exe") != wanted:
+                continue
+            with open(f"/proc/{entry}/comm") as stream:
+                found.append((int(entry), stream.read().strip()))
+        except OSError:
+            continue
+    return sorted(found)
 
 
 def _as_path(path: str) -> Path:

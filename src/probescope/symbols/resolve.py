@@ -3,6 +3,7 @@ offsets, and lower friendly specs into kernel-grammar ProbeSpecs.
 
 Every spec is parsed (arguments included) before any target is located; every problem of every
 spec is collected before failing, and each is reported against the spec's own text with a caret.
+What a glob skips (an IFUNC whose implementation cannot be known here) is said in `notes`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from typing import TYPE_CHECKING
 
 from probescope.errors import ProbescopeError, SpecError, SpecErrors, SymbolError
 from probescope.language.arch import Arch, host_arch
-from probescope.language.event_names import event_name_for, first_free, numbered
+from probescope.language.event_names import (
+    demangled_event_base,
+    event_name_for,
+    first_free,
+    numbered,
+)
 from probescope.language.fetchargs import LATEST, ParseFlags, parse_fetcharg
 from probescope.language.friendly import FriendlyProbe, lower_args
 from probescope.language.kernel_features import KernelGrammar
@@ -37,10 +43,12 @@ def resolve_specs(
     pid: int | None = None,
     arch: Arch | None = None,
     grammar: KernelGrammar = LATEST,
+    notes: list[str] | None = None,
 ) -> list[ResolvedProbe]:
     """Parse (if text) and resolve every spec; raises one SpecErrors listing all problems.
 
-    `grammar` is what the kernel the probes are meant for accepts (KernelGrammar.for_release).
+    `grammar` is what the kernel the probes are meant for accepts (KernelGrammar.for_release);
+    `notes` receives one line per thing a glob left out, and why.
     """
     arch = arch or host_arch()
     parsed: list[tuple[Spec | None, list[SpecError]]] = []
@@ -60,7 +68,7 @@ def resolve_specs(
         if spec is None:
             continue
         try:
-            found = resolve(spec, pid=pid, arch=arch, grammar=grammar)
+            found = resolve(spec, pid=pid, arch=arch, grammar=grammar, notes=notes)
         except SpecError as error:
             errors += _each(error)
         except ProbescopeError as error:
@@ -83,6 +91,7 @@ def resolve(
     pid: int | None = None,
     arch: Arch | None = None,
     grammar: KernelGrammar = LATEST,
+    notes: list[str] | None = None,
 ) -> list[ResolvedProbe]:
     arch = arch or host_arch()
     if isinstance(spec, DeleteSpec):
@@ -93,7 +102,7 @@ def resolve(
             hint="probescope removes its own events when the session ends",
         )
     if isinstance(spec, FriendlyProbe):
-        return _resolve_friendly(spec, pid, arch, grammar)
+        return _resolve_friendly(spec, pid, arch, grammar, notes)
     if isinstance(spec, TracepointSpec | FunctionSpec):
         return [ResolvedProbe(spec=spec, kind=spec.kind)]
     if isinstance(spec, UsdtSpec):
@@ -140,7 +149,11 @@ def _table(path: str, text: str, column: int | None) -> SymbolTable:
 
 
 def _resolve_friendly(
-    probe: FriendlyProbe, pid: int | None, arch: Arch, grammar: KernelGrammar
+    probe: FriendlyProbe,
+    pid: int | None,
+    arch: Arch,
+    grammar: KernelGrammar,
+    notes: list[str] | None = None,
 ) -> list[ResolvedProbe]:
     text = probe.source
     try:
@@ -172,6 +185,7 @@ def _resolve_friendly(
         raise at_symbol(error) from None
 
     resolved = []
+    skipped: list[str] = []
     for function in functions:
         if function is not None and function.is_ifunc:
             from probescope.symbols.ifunc import resolve_ifunc
@@ -179,7 +193,10 @@ def _resolve_friendly(
             try:
                 function = resolve_ifunc(path, function, table)
             except SymbolError as error:
-                raise at_symbol(error) from None
+                if not probe.is_glob:
+                    raise at_symbol(error) from None
+                skipped.append(f"{function.display_name} ({error.message.rsplit(': ', 1)[-1]})")
+                continue
         offset = probe.offset if function is None else function.offset + probe.offset
         if probe.symbol is None or probe.offset:
             from probescope.symbols.insn import check_probe_offset
@@ -189,10 +206,11 @@ def _resolve_friendly(
             except SymbolError as error:
                 raise at_symbol(error) from None
         on_entry = function is not None and offset == function.offset
-        args = lower_args(probe, arch, on_entry=on_entry)
+        go_abi = function is not None and table.takes_go_registers(function)
+        args = lower_args(probe, arch, on_entry=on_entry, go_abi=go_abi)
         event = probe.event
         if event is None and function is not None:
-            event = event_name_for(function.name, probe.offset, probe.is_return)
+            event = event_name_for(_event_base(table, function), probe.offset, probe.is_return)
         spec = ProbeSpec(
             kind=probe.kind,
             location=UprobeLocation(path, offset),
@@ -202,7 +220,30 @@ def _resolve_friendly(
             source=text,
         )
         resolved.append(_resolved(spec, path, offset, function, None, table))
+    if skipped:
+        message = (
+            f"{text}: skipped {len(skipped)} IFUNC{'s' if len(skipped) > 1 else ''} whose "
+            f"implementation cannot be known here: {', '.join(skipped[:5])}"
+            + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        )
+        if not resolved:
+            raise at_symbol(SymbolError(message, hint="probe the implementations by name"))
+        if notes is not None:
+            notes.append(message)
     return resolved
+
+
+def _event_base(table: SymbolTable, function: FunctionSymbol) -> str:
+    """What a derived event name starts from: a C++/Rust function's demangled qualified name
+    (`ns::Class::method` → `ns_Class_method`), else the symbol itself."""
+    if not function.name.startswith(("_Z", "_R")):
+        return function.name
+    demangled = table.demangled_name(function)
+    if demangled == function.display_name:
+        return function.name
+    from probescope.symbols.demangle import function_path
+
+    return demangled_event_base(function_path(demangled.split("@", 1)[0]))
 
 
 def _resolve_usdt(
@@ -324,7 +365,7 @@ def _resolved(
         path=path,
         offset=offset,
         ref_ctr_offset=ref_ctr_offset,
-        symbol=function.display_name if function else None,
+        symbol=table.demangled_name(function) if function else None,
         symbol_offset=offset - function.offset if function else 0,
         function_offset=function.offset if function else None,
         function_size=function.size if function else None,

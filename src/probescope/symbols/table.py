@@ -6,11 +6,14 @@ files). Each symbol's `st_value` is mapped to a file offset through the executab
 contains it — one rule for ET_EXEC and ET_DYN. Names defined at one address collapse into one
 FunctionSymbol with aliases. Tables are cached on disk (cache.py) and in memory, so a second
 resolution of libc costs a stat and a dict lookup; a cached table never imports the ELF reader.
+C++ and Rust functions also answer to their demangled names (demangled_names.py), built the
+first time a lookup needs them and then kept in the cache with the table.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 from collections.abc import Iterable, Sequence
 from functools import partial
@@ -26,6 +29,7 @@ from probescope.symbols.segment import Segment
 
 if TYPE_CHECKING:
     from probescope.symbols.debuginfo import Package
+    from probescope.symbols.demangled_names import DemangledNames
     from probescope.symbols.elfimage import ElfImage
 
 _MEMO: dict[tuple[int, int, tuple[str, ...]], SymbolTable] = {}
@@ -40,7 +44,9 @@ class SymbolTable:
     """The functions of one ELF file, sorted by file offset.
 
     Build one with `SymbolTable.for_path(path)` (cached). `functions` lists every function;
-    `lookup(name)` finds one by `name`, `name@VER` or `name@@VER`; `match(glob)` finds many;
+    `lookup(name)` finds one by `name`, `name@VER` or `name@@VER`, or by a demangled C++/Rust
+    name (`ns::Class::method(int)`, `ns::Class::method`); `match(glob)` finds many, over plain
+    and demangled names; `demangled_name(function)` spells a function as `nm -C` does;
     `function_at_offset(offset)` finds the function containing a file offset. `is_go` says the
     Go linker made the file (return probes must stay out of it).
     """
@@ -62,6 +68,7 @@ class SymbolTable:
         has_symtab: bool,
         debug_notes: tuple[str, ...] = (),
         is_go: bool = False,
+        go_version: str | None = None,
         from_cache: bool = False,
     ) -> None:
         self.path = path
@@ -78,6 +85,7 @@ class SymbolTable:
         self.has_symtab = has_symtab
         self.debug_notes = debug_notes
         self.is_go = is_go  # linked by Go: its runtime moves goroutine stacks
+        self.go_version = go_version  # `go1.19.8`: whether Go functions take registers
         self.from_cache = from_cache
         self._starts: list[int] | None = None
 
@@ -160,6 +168,7 @@ class SymbolTable:
             has_symtab=found.has_symtab,
             debug_notes=found.debug_notes,
             is_go=found.is_go,
+            go_version=found.go_version,
         )
         return table, cache.dependencies(found.checked)
 
@@ -168,6 +177,7 @@ class SymbolTable:
     _deps: cache.Dependencies = ()
     _searched: tuple[str, ...] | None = None  # set when the table lives in the disk cache
     _package: Package | Literal[False] | None = False  # False: not asked yet
+    _demangled: DemangledNames | None = None  # None: not built yet
 
     def _state(self) -> tuple[Any, ...]:
         return (
@@ -183,7 +193,9 @@ class SymbolTable:
             self.has_symtab,
             self.debug_notes,
             self.is_go,
+            self.go_version,
             self._package,
+            None if self._demangled is None else self._demangled.state(),
         )
 
     @classmethod
@@ -201,7 +213,9 @@ class SymbolTable:
             has_symtab,
             notes,
             is_go,
+            go_version,
             package,
+            demangled,
         ) = state
         make = partial(tuple.__new__, FunctionSymbol)
         table = cls(
@@ -219,9 +233,14 @@ class SymbolTable:
             has_symtab=has_symtab,
             debug_notes=tuple(notes),
             is_go=is_go,
+            go_version=go_version,
             from_cache=True,
         )
         table._package = package
+        if demangled is not None:
+            from probescope.symbols.demangled_names import DemangledNames
+
+            table._demangled = DemangledNames(*demangled)
         return table
 
     def _deps_unchanged(self) -> bool:
@@ -237,6 +256,32 @@ class SymbolTable:
             if self._searched is not None and file_identity(self.path) == self.identity:
                 cache.store(self.identity, self._searched, self._deps, self._state())
         return debuginfo.debug_info_hint(self.path, self.build_id, self._package)
+
+    @property
+    def demangled(self) -> DemangledNames:
+        """The demangled names of the table's C++ and Rust functions (empty for C), built on
+        first use and then kept with the table in the disk cache."""
+        if self._demangled is None:
+            from probescope.symbols.demangled_names import DemangledNames
+
+            self._demangled = DemangledNames.build(
+                (number, function.names) for number, function in enumerate(self.functions)
+            )
+            if self._searched is not None and file_identity(self.path) == self.identity:
+                cache.store(self.identity, self._searched, self._deps, self._state())
+        return self._demangled
+
+    def takes_go_registers(self, function: FunctionSymbol) -> bool:
+        """Whether `function` is a Go function taking Go's register ABI (symbols/golang.py)."""
+        from probescope.symbols.golang import uses_register_abi
+
+        return self.is_go and uses_register_abi(self.go_version, self.machine, function.name)
+
+    def demangled_name(self, function: FunctionSymbol) -> str:
+        """`function` as `nm -C` spells it (`ns::Class::method(int)`); C names as they are."""
+        if not function.name.startswith(("_Z", "_R")):
+            return function.display_name
+        return self.demangled.spelling(function.display_name)
 
     def _with_path(self, path: str) -> SymbolTable:
         twin = SymbolTable.__new__(SymbolTable)
@@ -318,7 +363,7 @@ class SymbolTable:
         if version is not None:
             candidates = [c for c in candidates if c[1] == version and (not default or not c[2])]
         if not candidates:
-            raise self._not_found(name)
+            return self._lookup_demangled(name)
         if len(candidates) == 1:
             return self.functions[candidates[0][0]]
         if len({c[0] for c in candidates}) > 1 and version is None:
@@ -341,6 +386,34 @@ class SymbolTable:
             hint="pick one by its file offset (PATH:0xOFFSET) or a versioned name (name@@VERSION)",
         )
 
+    def _lookup_demangled(self, name: str) -> FunctionSymbol:
+        """The function a demangled spelling names; several (overloads, template instances,
+        C1/C2 constructors at different addresses) raise SymbolError listing them."""
+        numbers = self.demangled.numbers(name) if self._may_be_demangled(name) else []
+        if not numbers:
+            raise self._not_found(name)
+        if len(numbers) > 1:
+            strong = [n for n in numbers if self.functions[n].binding != "local"]
+            numbers = strong or numbers
+        if len(numbers) == 1:
+            return self.functions[numbers[0]]
+        listing = ", ".join(
+            f"{self.demangled_name(self.functions[n])} at {self.functions[n].offset:#x}"
+            for n in numbers[:12]
+        )
+        more = f" and {len(numbers) - 12} more" if len(numbers) > 12 else ""
+        example = self.demangled_name(self.functions[numbers[0]])
+        raise SymbolError(
+            f"{name!r} is ambiguous in {self.path}: {len(numbers)} functions: {listing}{more}",
+            hint=f"write the parameter list to pick one (e.g. {example!r}), "
+            f"or a glob ('{name.strip()}*') for all of them",
+        )
+
+    def _may_be_demangled(self, name: str) -> bool:
+        """Whether a demangled lookup can find `name`: the table has mangled names and `name`
+        is not one itself."""
+        return not name.startswith(("_Z", "_R")) and bool(self.demangled)
+
     def _not_found(self, name: str) -> SymbolError:
         plain = split_versioned_name(name)[0]
         message = f"no function {name!r} in {self.path}"
@@ -361,6 +434,8 @@ class SymbolTable:
             import difflib
 
             close = difflib.get_close_matches(plain, list(self._index), n=5, cutoff=0.75)
+            if self._may_be_demangled(plain):
+                close = self.demangled.close_to(plain) or close
             if close:
                 hints.append("did you mean " + ", ".join(close) + "?")
         if self.stripped and not other_kind:
@@ -375,6 +450,8 @@ class SymbolTable:
         """Functions any of whose names matches the shell glob `pattern` (sorted by offset).
 
         A pattern without `@` matches plain names; with `@` it matches the versioned spelling.
+        C++ and Rust functions match by their demangled names too (`'ns::Class::*'`). A
+        pattern that is a function's exact name (`f[abi:cxx11]()`) finds that function.
         """
         import fnmatch
         import re
@@ -383,15 +460,23 @@ class SymbolTable:
             try:
                 return [self.lookup(pattern)]
             except SymbolError:
-                return self.functions_named(pattern)
+                return self.functions_named(pattern) or [
+                    self.functions[n]
+                    for n in sorted(self.demangled.numbers(pattern))
+                    if self._may_be_demangled(pattern)
+                ]
+        if "[" in pattern and "*" not in pattern and "?" not in pattern:
+            with contextlib.suppress(SymbolError):
+                return [self.lookup(pattern)]
         regex = re.compile(fnmatch.translate(pattern))
         versioned = "@" in pattern
+        demangled = self.demangled.match(pattern) if self._may_be_demangled(pattern) else set()
         found = []
-        for function in self.functions:
+        for number, function in enumerate(self.functions):
             names: Iterable[str] = function.names
             if not versioned:
                 names = (split_versioned_name(n)[0] for n in names)
-            if any(regex.match(n) for n in names):
+            if number in demangled or any(regex.match(n) for n in names):
                 found.append(function)
         return found
 

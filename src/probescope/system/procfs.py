@@ -1,5 +1,6 @@
 """What probescope reads of a process in /proc besides its maps: status lines, comm, auxv,
-threads, limits, environment, root directory and executable; plus the Yama ptrace policy.
+threads, children, limits, environment, root directory, mount namespace and executable; plus the
+Yama ptrace policy.
 
 Readers of facts that may vanish with the process (status, comm, threads, limits) answer with
 an empty value when it is gone; readers a caller cannot do without (auxv, root) raise
@@ -70,6 +71,49 @@ def thread_ids(pid: int) -> list[int]:
         return []
 
 
+def child_processes(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, sorted (its threads' `children` files when the
+    kernel has them, CONFIG_PROC_CHILDREN; else every process's parent from `/proc/*/stat`)."""
+    children: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    try:
+        for tid in tasks:
+            with open(f"/proc/{pid}/task/{tid}/children") as stream:
+                children.update(int(word) for word in stream.read().split())
+        return sorted(children)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stream:
+                parent = int(stream.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid:
+            children.add(int(entry))
+    return sorted(children)
+
+
+def descendant_processes(pid: int) -> list[int]:
+    """Every process below `pid` (children, theirs, ...), in the order they were found."""
+    found: list[int] = []
+    pending = child_processes(pid)
+    while pending:
+        child = pending.pop(0)
+        if child in found or child == pid:
+            continue
+        found.append(child)
+        pending += child_processes(child)
+    return found
+
+
 def read_auxv(pid: int) -> dict[int, int]:
     """The ELF auxiliary vector the kernel gave the process at exec (64-bit entries)."""
     try:
@@ -132,7 +176,10 @@ def executable_key(pid: int) -> tuple[int, int] | None:
 def process_root(pid: int | str) -> str:
     """The path prefix through which probescope sees files as process `pid` sees them.
 
-    `""` when the process shares probescope's root directory, else `/proc/PID/root`.
+    `""` when the process shares probescope's root directory and mount namespace, else
+    `/proc/PID/root` — also for a process that kept our root but mounted its own filesystems
+    (`unshare -m` and a tmpfs): paths through that link resolve in its mount namespace, for
+    probescope and for the kernel's uprobe path lookup alike.
     """
     root = f"/proc/{pid}/root"
     try:
@@ -148,9 +195,19 @@ def process_root(pid: int | str) -> str:
         ours = os.stat("/")
     except OSError:
         return root
-    if (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino):
-        return ""
-    return root
+    if (ours.st_dev, ours.st_ino) != (theirs.st_dev, theirs.st_ino):
+        return root
+    return "" if same_mount_namespace(pid) else root
+
+
+def same_mount_namespace(pid: int | str) -> bool:
+    """Whether process `pid` sees the mounts probescope sees (True when it cannot be told)."""
+    try:
+        theirs = os.stat(f"/proc/{pid}/ns/mnt")
+        ours = os.stat("/proc/self/ns/mnt")
+    except OSError:
+        return True
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
 def ptrace_scope() -> int | None:

@@ -1,10 +1,14 @@
 """Cross-engine differential tests: the same specs on the same programs give the same events on
-`--engine ptrace` and `--engine tracefs` (address randomization is off in both runs, so even the
-addresses agree; timestamps, cpu and process ids aside), and the program's own output and exit
-status are the same with either engine and without probescope."""
+`--engine ptrace`, `--engine tracefs`, `--engine bpf` and `--engine fentry` (address
+randomization is off in every run, so even the addresses agree; timestamps, cpu and process ids
+aside), and the program's own output and exit status are the same with every engine and without
+probescope. The bpf engine takes part where the kernel lets this process use BPF; the fentry
+engine wherever it takes every probe itself (function entries and returns whose arguments need
+no memory reads), not through its fallback."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from collections import defaultdict
 from collections.abc import Callable
@@ -12,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from probescope.engines.fentry.engine import FentryEngine
+from probescope.engines.registry import BY_NAME, availability
 from probescope.events import Event
 from probescope.session import Session
 from probescope.symbols.table import SymbolTable
@@ -58,15 +64,31 @@ def by_process(events: list[Event]) -> list[list[Key]]:
     return sorted(threads.values())
 
 
+@functools.cache
+def engines() -> tuple[str, ...]:
+    """tracefs and ptrace, and bpf where it is available."""
+    bpf = availability(BY_NAME["bpf"])
+    return ("tracefs", "ptrace", "bpf") if bpf.ok else ("tracefs", "ptrace")
+
+
+def engines_for(specs: list[str]) -> tuple[str, ...]:
+    """engines(), and fentry when it can run here and takes every probe."""
+    fentry = FentryEngine()
+    if not fentry.available().ok or fentry.refusals(Session(specs).probes):
+        return engines()
+    return (*engines(), "fentry")
+
+
 def agree(specs: list[str], argv: list[str], check: Callable[[list[Event]], None]) -> None:
     plain = subprocess.run([*no_aslr(), *argv], capture_output=True, text=True, timeout=60)
     results = {}
-    for engine in ("tracefs", "ptrace"):
+    for engine in engines_for(specs):
         events, status = run(engine, specs, argv)
         check(events)
         results[engine] = (by_process(events), status)
-    assert results["ptrace"][0] == results["tracefs"][0]
-    assert results["ptrace"][1] == results["tracefs"][1] == plain.returncode
+    for engine in results:
+        assert results[engine][0] == results["tracefs"][0], f"{engine} differs from tracefs"
+        assert results[engine][1] == results["tracefs"][1] == plain.returncode, engine
 
 
 def site(binary: Path, label: str) -> str:
@@ -159,7 +181,7 @@ def test_cpp_exceptions_beside_return_probes() -> None:
             f"r:{binary}:_Z5outeri ret=retval:s32",
         ],
         [str(binary)],
-        lambda events: assert_some(events, "_Z5outeri__return", 7),
+        lambda events: assert_some(events, "outer__return", 7),
     )
 
 

@@ -30,7 +30,7 @@ def test_function_events_of_the_command_only(opened_file: Path) -> None:
     import io
 
     out = io.StringIO()
-    sink = open_sink("text", out)
+    sink = open_sink("text", out, context=session.kernel_context())
     for event in events:
         sink.write(event)
     lines = out.getvalue().splitlines()
@@ -76,9 +76,8 @@ def test_notrace_patterns_are_excluded(opened_file: Path) -> None:
     )
     with session:
         names = {e.args[0] for e in session.events(duration=60)}
-    from probescope.sinks.kernel_symbols import print_symbol
-
-    functions = {print_symbol(ip, offset=False) for ip in names}
+    context = session.kernel_context()
+    functions = {context.print_symbol(ip, offset=False) for ip in names}
     assert functions, "other vfs_ functions were traced"
     assert "vfs_read" not in functions and "vfs_open" not in functions
     assert all(name.startswith("vfs_") for name in functions)

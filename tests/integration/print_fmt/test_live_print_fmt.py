@@ -10,7 +10,7 @@ import pytest
 
 from fixtures.print_fmt import capture
 from fixtures.print_fmt.replay import compare, load_capture
-from probescope.sinks.print_fmt import KernelSymbols, KernelTypes
+from probescope.engines.tracefs.kernel_context import read_kernel_symbols, read_kernel_types
 
 pytestmark = pytest.mark.root
 
@@ -26,7 +26,8 @@ def test_tracepoints_print_as_the_kernel_trace(tmp_path: Path) -> None:
     finally:
         assert capture.instance_name() not in capture.leftovers()
         assert top_level_events() == before
-    result = compare(load_capture(tmp_path, symbols=KernelSymbols.load(), types=KernelTypes.load()))
+    symbols, types = read_kernel_symbols(), read_kernel_types()
+    result = compare(load_capture(tmp_path, symbols=symbols, types=types))
     assert result.mismatched == {}, result.summary()
     assert len(result.events_matched) >= 40, result.summary()
     assert len({name.split("/")[0] for name in result.events_matched}) >= 10, result.summary()
@@ -43,7 +44,7 @@ def test_hashed_pointers_are_refused_and_the_rest_still_match(tmp_path: Path) ->
     ]
     capture.capture(tmp_path, events, hash_ptr=True, buffer_kb=4096)
     assert capture.instance_name() not in capture.leftovers()
-    result = compare(load_capture(tmp_path, symbols=KernelSymbols.load()))
+    result = compare(load_capture(tmp_path, symbols=read_kernel_symbols()))
     assert result.mismatched == {}, result.summary()
     for name in ("timer/hrtimer_start", "kmem/kmalloc", "workqueue/workqueue_execute_start"):
         assert "hash-ptr" in result.refused[name].problems[0]

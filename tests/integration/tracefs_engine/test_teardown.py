@@ -33,6 +33,10 @@ def no_stray_processes() -> Iterator[None]:
 
 
 def probescope(*args: str, **kw: object) -> subprocess.Popen[str]:
+    """`probescope ARGS`, a `trace` on the tracefs engine (whose kernel objects these tests
+    watch; `auto` would pick the bpf engine where it can run)."""
+    if args[:1] == ("trace",):
+        args = ("trace", "--engine", "tracefs", *args[1:])
     proc = subprocess.Popen(
         [sys.executable, "-m", "probescope", *args],
         stdout=subprocess.PIPE,

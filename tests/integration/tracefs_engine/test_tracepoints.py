@@ -179,7 +179,7 @@ def test_syscall_tracepoints_record_known_activity(
     out = io.StringIO()
     from probescope.sinks.base import open_sink
 
-    sink = open_sink("text", out)
+    sink = open_sink("text", out, context=session.kernel_context())
     sink.write(write)  # type: ignore[arg-type]
     assert (
         out.getvalue()
@@ -190,3 +190,29 @@ def test_syscall_tracepoints_record_known_activity(
         or "sys_write(" in out.getvalue()
     )
     assert target.read_text() == "probescope!!\n"
+
+
+def test_the_engine_gives_the_formats_of_its_events(loop: Path) -> None:
+    """The per-session facts a KernelContext needs to decode this session's records elsewhere:
+    the formats the engine read from its instance, which the events also carry."""
+    from probescope.engines.tracefs.engine import TracefsEngine
+    from probescope.traceevent.decoder import EventDecoder
+
+    session = Session(
+        [f"{loop}:func_1 a=arg1:s32", "t:sched:sched_process_exec"],
+        engine="tracefs",
+        command=[str(loop), "1"],
+    )
+    with session:
+        engine = session.engine
+        assert isinstance(engine, TracefsEngine) and engine.group is not None
+        formats = engine.event_formats()
+        events = list(session.events(duration=20))
+    assert {f.label for f in formats} == {f"{engine.group}/func_1", "sched/sched_process_exec"}
+    exec_event = next(e for e in events if e.name == "sched_process_exec")
+    assert exec_event.type.format in formats
+    context = session.kernel_context().with_formats(formats)
+    offline = EventDecoder.from_context(context).event_types
+    by_name = {event_type.name: event_type for event_type in offline.values()}
+    assert by_name["func_1"].arg_names == ("a",)
+    assert by_name["sched_process_exec"].arg_names == exec_event.type.arg_names

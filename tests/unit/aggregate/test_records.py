@@ -12,14 +12,15 @@ from probescope.aggregate.aggregators import EventAggregator
 from probescope.aggregate.keys import KeyPlan
 from probescope.aggregate.records import RecordAggregator, fast_path_possible
 from probescope.aggregate.values import LinearScale
-from probescope.engines.tracefs.decoder import merge_cpu_batches
+from probescope.traceevent.merge import merge_cpu_batches
 
 CASES = [FIXTURES / "kernel-6.18.44-fc-v657" / name for name in ("multi_cpu", "uprobe_types")]
 
 
 def both(case: CapturedCase, fields: tuple[str, ...], of: str | None = None, **kw: object):
     decoder = case.decoder()
-    events = {i: (decoder.formats[i], t) for i, t in decoder.event_types.items()}
+    formats = {f.id: f for f in decoder.formats}
+    events = {i: (formats[i], t) for i, t in decoder.event_types.items()}
     plan = KeyPlan(fields)
 
     def task_of(tid: int) -> tuple[str, int]:
@@ -67,7 +68,8 @@ def test_uniform_runs_and_record_walks_both_serve() -> None:
     for name, uniform in (("multi_cpu", True), ("uprobe_types", False)):
         case = load_case(FIXTURES / "kernel-6.18.44-fc-v657" / name)
         decoder = case.decoder()
-        events = {i: (decoder.formats[i], t) for i, t in decoder.event_types.items()}
+        formats = {f.id: f for f in decoder.formats}
+        events = {i: (formats[i], t) for i, t in decoder.event_types.items()}
         aggregator = RecordAggregator("@m", KeyPlan(("probe",)), case.layout, events)
         for cpu, data in case.raw.items():
             for sub_buffer in _split(case, data):

@@ -6,10 +6,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from probescope.engines.tracefs.format import EventFormat, FormatField, parse_event_format
 from probescope.events import Event, EventType
 from probescope.language.model import ProbeKind
-from probescope.sinks.print_fmt import PrintFmtContext, compile_print_fmt
+from probescope.traceevent.context import KernelContext
+from probescope.traceevent.format import EventFormat, FormatField, parse_event_format
+from probescope.traceevent.print_fmt import compile_print_fmt
 
 COMMON = """\
 \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
@@ -52,13 +53,13 @@ def render(
     fields: Sequence[str],
     print_fmt: str,
     *args: Any,
-    context: PrintFmtContext | None = None,
+    context: KernelContext | None = None,
     **extra: Any,
 ) -> str:
     """The text after `NAME: ` for one record with field values `args`."""
     fmt = event_format(fields, print_fmt)
     kind = event_type(fmt)
-    printer = compile_print_fmt(fmt, kind, context or PrintFmtContext(hash_pointers=False))
+    printer = compile_print_fmt(fmt, kind, context or KernelContext(hash_pointers=False))
     return printer.function()(event(kind, *args, **extra))
 
 

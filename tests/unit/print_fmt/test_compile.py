@@ -9,23 +9,21 @@ import struct
 
 import pytest
 
-from probescope.engines.tracefs.format import EventFormat
 from probescope.errors import RingBufferFormatError
 from probescope.events import EventType
 from probescope.language.model import ArgType, ProbeKind
-from probescope.sinks.print_fmt import (
+from probescope.sinks.text import TextSink
+from probescope.traceevent.btf import KernelTypes
+from probescope.traceevent.context import KernelContext
+from probescope.traceevent.format import EventFormat
+from probescope.traceevent.kallsyms import KernelSymbols
+from probescope.traceevent.print_fmt import (
     NOT_REPRODUCED,
-    KernelSymbols,
-    KernelTypes,
-    PrintFmtContext,
     PrintFmtError,
     compile_print_fmt,
-    parse_printk_formats,
-    register_tracepoint,
-    registered_body,
     tracepoint_printer,
 )
-from probescope.sinks.text import TextSink
+from probescope.traceevent.printk_formats import parse_printk_formats
 from unit.print_fmt.support import event, event_format, event_type, render
 
 KALLSYMS = """\
@@ -67,7 +65,7 @@ def symbols() -> KernelSymbols:
     ],
 )
 def test_symbols(conversion: str, address: int, expected: str) -> None:
-    context = PrintFmtContext(symbols=symbols())
+    context = KernelContext(symbols=symbols())
     fmt = f'"{conversion}", (void *)REC->ip'
     assert render(["unsigned long ip;8;0"], fmt, address, context=context) == expected
 
@@ -116,7 +114,7 @@ def test_kernel_types_from_btf() -> None:
     types = KernelTypes.from_btf(_btf())
     assert types.enums == {"MODE_A": 0, "MODE_B": -1, "BIG": 1 << 40}
     assert types.typedefs == {"__kernel_rwf_t": (4, True)}
-    context = PrintFmtContext(types=types, enums={"MODE_A": 5})
+    context = KernelContext(types=types, enums={"MODE_A": 5})
     fmt = '"%d %d %lld %u", MODE_A, MODE_B, BIG, (__kernel_rwf_t)-1'
     assert render(["int v;4;1"], fmt, 0, context=context) == "5 -1 1099511627776 4294967295"
 
@@ -162,7 +160,7 @@ def test_plain_pointers_follow_the_instance_hash_ptr_option() -> None:
     assert render(fields, '"%p|%px", REC->ptr, REC->ptr', 0xABC) == (
         "0000000000000abc|0000000000000abc"
     )
-    hashed = PrintFmtContext(hash_pointers=True)
+    hashed = KernelContext(hash_pointers=True)
     assert render(fields, '"%px", REC->ptr', 0xABC, context=hashed) == "0000000000000abc"
     with pytest.raises(PrintFmtError, match="hash-ptr is on"):
         render(fields, '"%p", REC->ptr', 0xABC, context=hashed)
@@ -174,10 +172,10 @@ def _line(printer_text: str) -> bytes:
     return f"            demo-42      [000] .....     0.001000: {printer_text}\n".encode()
 
 
-def test_registered_tracepoints_print_like_trace_in_the_text_sink() -> None:
+def test_tracepoints_carrying_their_format_print_like_trace_in_the_text_sink() -> None:
     fmt = event_format(["int a;4;1", "char comm[16];16;1"], '"a=%d comm=%s", REC->a, REC->comm')
-    kind = event_type(fmt)
-    register_tracepoint(kind, fmt)
+    kind = dataclasses.replace(event_type(fmt), format=fmt)
+    compile_print_fmt(fmt, kind)
     stream = io.BytesIO()
     sink = TextSink(stream)
     sink.write(event(kind, -3, "sh"))
@@ -185,11 +183,11 @@ def test_registered_tracepoints_print_like_trace_in_the_text_sink() -> None:
     assert tracepoint_printer(kind, fmt)(event(kind, 4, "x")) == "demo: a=4 comm=x"
 
 
-def test_unregistered_tracepoints_keep_the_field_printer() -> None:
+def test_tracepoints_without_their_format_keep_the_field_printer() -> None:
     fmt = event_format(["int a;4;1"], '"a=%d", REC->a')
     s32 = ArgType("int", "s32", 4, True)
     kind = EventType("demo", "other", ProbeKind.TRACEPOINT, ("a",), (s32,), system="demo")
-    assert registered_body(kind) is None
+    assert kind.format is None
     stream = io.BytesIO()
     TextSink(stream).write(event(kind, 7))
     assert stream.getvalue() == _line("other: a=7")
@@ -198,10 +196,12 @@ def test_unregistered_tracepoints_keep_the_field_printer() -> None:
 
 def test_unsupported_formats_are_refused_unless_the_caller_asks_for_the_fallback() -> None:
     fmt = event_format(["int a;4;1"], '"a=%d j=%lu", REC->a, jiffies')
-    kind = event_type(fmt)
+    kind = dataclasses.replace(event_type(fmt), format=fmt)
     with pytest.raises(PrintFmtError, match="jiffies"):
-        register_tracepoint(kind, fmt)
-    register_tracepoint(kind, fmt, fallback=True)
+        tracepoint_printer(kind, fmt)
+    assert tracepoint_printer(kind, fmt, fallback=True)(event(kind, 5)) == (
+        f"demo: {NOT_REPRODUCED} a=5"
+    )
     stream = io.BytesIO()
     TextSink(stream).write(event(kind, 5))
     assert stream.getvalue() == _line(f"demo: {NOT_REPRODUCED} a=5")
@@ -222,7 +222,7 @@ def test_printk_formats_are_unescaped() -> None:
 
 
 def test_kernel_strings_print_from_printk_formats() -> None:
-    context = PrintFmtContext(strings=parse_printk_formats(PRINTK_FORMATS))
+    context = KernelContext(strings=parse_printk_formats(PRINTK_FORMATS))
     fields = ["const char * s;8;0"]
     assert render(fields, '"%s", REC->s', 0xFFFFFFFF8281A73E, context=context) == (
         "Start scheduler-tick"
@@ -236,13 +236,12 @@ def test_kernel_strings_print_from_printk_formats() -> None:
 
 
 def test_records_a_compiled_format_cannot_print_fall_back_one_by_one() -> None:
-    context = PrintFmtContext(strings=parse_printk_formats(PRINTK_FORMATS))
+    context = KernelContext(strings=parse_printk_formats(PRINTK_FORMATS))
     fmt = event_format(["const char * s;8;0"], '"%s", REC->s')
-    kind = event_type(fmt)
+    kind = dataclasses.replace(event_type(fmt), format=fmt)
     assert compile_print_fmt(fmt, kind, context).may_fail
-    register_tracepoint(kind, fmt, context, fallback=True)
     stream = io.BytesIO()
-    sink = TextSink(stream)
+    sink = TextSink(stream, context=context)
     sink.write(event(kind, 0xFFFFFFFF8281A73E))
     sink.write(event(kind, 0xFFFFFFFF81234567))
     assert stream.getvalue() == _line("demo: Start scheduler-tick") + _line(

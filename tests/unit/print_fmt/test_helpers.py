@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from probescope.errors import RingBufferFormatError
-from probescope.sinks.print_fmt import PrintFmtError
+from probescope.traceevent.print_fmt import PrintFmtError
 from unit.print_fmt.support import render
 
 FLAGS = ["unsigned long flags;8;0"]

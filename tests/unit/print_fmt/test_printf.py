@@ -8,7 +8,7 @@ import ctypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probescope.sinks.print_fmt import _number, _string
+from probescope.traceevent.vsprintf import number, string
 from unit.print_fmt.support import render
 
 _LIBC = ctypes.CDLL(None)
@@ -81,12 +81,12 @@ def test_integer_conversions_agree_with_glibc(case: tuple[int, bool, int, str]) 
 
 def test_kernel_number_where_c_differs() -> None:
     special, zeropad, small, sign = 64, 16, 32, 1
-    assert _number(0, 16, special | small, -1, -1) == "0x0"
-    assert _number(0, 8, special, -1, -1) == "0"
-    assert _number(8, 8, special, -1, 5) == "000010"
-    assert _number(0, 10, sign, -1, 0) == "0"
-    assert _number(5, 10, sign | zeropad, 8, 3) == "00000005"
-    assert _number(-5, 10, sign | zeropad, 8, 3) == "-0000005"
+    assert number(0, 16, special | small, -1, -1) == "0x0"
+    assert number(0, 8, special, -1, -1) == "0"
+    assert number(8, 8, special, -1, 5) == "000010"
+    assert number(0, 10, sign, -1, 0) == "0"
+    assert number(5, 10, sign | zeropad, 8, 3) == "00000005"
+    assert number(-5, 10, sign | zeropad, 8, 3) == "-0000005"
     assert (
         render(["unsigned int v;4;0"], '"%#x %#08x %#o", REC->v, REC->v, REC->v', 0)
         == "0x0 0x000000 0"
@@ -128,9 +128,9 @@ def test_width_and_precision_from_arguments() -> None:
 
 
 def test_strings_count_bytes_not_characters() -> None:
-    assert _string("h\u00e9llo", 8, -1, False) == "  h\u00e9llo"
-    assert _string("h\u00e9llo", -1, 2, False) == "h\udcc3"
-    assert _string(None, 8, -1, True) == "(null)  "
+    assert string("h\u00e9llo", 8, -1, False) == "  h\u00e9llo"
+    assert string("h\u00e9llo", -1, 2, False) == "h\udcc3"
+    assert string(None, 8, -1, True) == "(null)  "
 
 
 def test_char_conversion() -> None:

@@ -20,6 +20,7 @@ from probescope.sinks.base import (
 )
 from probescope.sinks.jsonl import JsonLinesSink
 from probescope.sinks.text import TextSink
+from probescope.traceevent.context import KernelContext
 
 
 def test_builtin_formats() -> None:
@@ -27,6 +28,15 @@ def test_builtin_formats() -> None:
     assert output_format("text").factory is TextSink
     assert output_format("jsonl").factory is JsonLinesSink
     assert isinstance(open_sink("text", io.StringIO(), clock="mono"), TextSink)
+
+
+def test_sinks_are_given_the_kernel_context() -> None:
+    context = KernelContext.for_release("6.1.0-56-amd64")
+    text = open_sink("text", io.StringIO(), context=context)
+    jsonl = open_sink("jsonl", io.StringIO(), context=context)
+    assert isinstance(text, TextSink) and text.kernel is context
+    assert isinstance(jsonl, JsonLinesSink) and jsonl.kernel is context
+    assert isinstance(open_sink("text", io.StringIO()), TextSink)
 
 
 def test_unknown_format_names_the_known_ones() -> None:
@@ -44,7 +54,7 @@ def test_register_a_format(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(base, "_REGISTERED", dict(base._REGISTERED))
 
     class Counter:
-        def __init__(self, stream: io.StringIO) -> None:
+        def __init__(self, stream: io.StringIO, context: KernelContext) -> None:
             self.count = 0
 
         def write(self, event: Event) -> None:

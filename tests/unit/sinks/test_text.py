@@ -9,8 +9,9 @@ import pytest
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.model import ArgType, ProbeKind
 from probescope.sinks import text
-from probescope.sinks.kernel_symbols import KernelSymbols, use_kernel_symbols
 from probescope.sinks.text import TextSink, lat_flags, lost_line
+from probescope.traceevent.context import KernelContext, kernel_has_lazy_resched_flag
+from probescope.traceevent.kallsyms import KernelSymbols
 
 IRQS_OFF, LAZY, NEED, HARD, SOFT, PREEMPT, NMI, BH_OFF = 1, 2, 4, 8, 16, 32, 64, 128
 
@@ -133,11 +134,12 @@ ffffffffc0001100 t ext4_other	[ext4]
 """
 
 
-@pytest.fixture(autouse=True)
-def known_kernel_symbols() -> object:
-    use_kernel_symbols(KernelSymbols(io.StringIO(KALLSYMS)))
-    yield
-    use_kernel_symbols(None, reset=True)
+CONTEXT = KernelContext(symbols=KernelSymbols(io.StringIO(KALLSYMS)))
+"""A kernel whose symbols are KALLSYMS, as every sink of these tests is given."""
+
+
+def sink_of(stream: io.BytesIO | io.StringIO, **options: object) -> TextSink:
+    return TextSink(stream, context=CONTEXT, **options)  # type: ignore[arg-type]
 
 
 def test_kernel_symbols_print_like_percent_ps() -> None:
@@ -179,15 +181,17 @@ def test_function_tracer_line() -> None:
 
 
 def test_flag_layout_follows_the_kernel_version() -> None:
-    assert text.kernel_has_lazy_resched_flag("6.18.44-fc-v657")
-    assert text.kernel_has_lazy_resched_flag("6.13.0")
-    assert not text.kernel_has_lazy_resched_flag("6.1.0-56-amd64")
-    assert not text.kernel_has_lazy_resched_flag("5.15.0")
+    assert kernel_has_lazy_resched_flag("6.18.44-fc-v657")
+    assert kernel_has_lazy_resched_flag("6.13.0")
+    assert not kernel_has_lazy_resched_flag("6.1.0-56-amd64")
+    assert not kernel_has_lazy_resched_flag("5.15.0")
+    assert KernelContext.for_release("6.18.44-fc-v657").lazy_resched
+    assert not KernelContext.for_release("6.1.0-56-amd64").lazy_resched
 
 
 def render(event: Event, **options: object) -> bytes:
     stream = io.BytesIO()
-    sink = TextSink(stream, **options)  # type: ignore[arg-type]
+    sink = sink_of(stream, **options)
     sink.write(event)
     return stream.getvalue()
 
@@ -242,14 +246,14 @@ def test_long_names_and_ids_widen_the_columns_like_printf() -> None:
 
 def test_text_and_binary_streams() -> None:
     stream = io.StringIO()
-    TextSink(stream).write(entry(args=(*entry().args[:5], "plain", *entry().args[6:])))
+    sink_of(stream).write(entry(args=(*entry().args[:5], "plain", *entry().args[6:])))
     assert 'str="plain"' in stream.getvalue()
-    assert TextSink(io.BytesIO()).binary and not TextSink(io.StringIO()).binary
+    assert sink_of(io.BytesIO()).binary and not sink_of(io.StringIO()).binary
 
 
 def test_batches_with_lost_events() -> None:
     stream = io.BytesIO()
-    sink = TextSink(stream)
+    sink = sink_of(stream)
     sink.write_batch(EventBatch([entry(), entry()], lost=12, cpu=1))
     sink.write_batch(EventBatch([], lost=-1, cpu=0))
     lines = stream.getvalue().split(b"\n")
@@ -257,14 +261,14 @@ def test_batches_with_lost_events() -> None:
     assert lines[1] == lines[2] == render(entry()).rstrip(b"\n")
     assert lines[3] == b"CPU:0 [LOST EVENTS]"
     quiet = io.BytesIO()
-    TextSink(quiet, lost_lines=False).write_batch(EventBatch([entry()], lost=3, cpu=0))
+    sink_of(quiet, lost_lines=False).write_batch(EventBatch([entry()], lost=3, cpu=0))
     assert quiet.getvalue() == render(entry())
     assert lost_line(None, 4) == "CPU:? [LOST 4 EVENTS]\n"
 
 
 def test_close_flushes_but_leaves_the_stream_open() -> None:
     stream = io.BytesIO()
-    sink = TextSink(stream)
+    sink = sink_of(stream)
     sink.write(entry())
     sink.close()
     assert not stream.closed and stream.getvalue()
@@ -284,7 +288,7 @@ def test_tracepoints_use_the_field_printer() -> None:
 
 
 def test_printers_are_chosen_by_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    def factory(event_type: EventType) -> text.Printer:
+    def factory(event_type: EventType, context: KernelContext) -> text.Printer:
         return lambda event: f"custom {event_type.name}"
 
     monkeypatch.setitem(text.EVENT_PRINTERS, ProbeKind.UPROBE, factory)
@@ -294,7 +298,7 @@ def test_printers_are_chosen_by_kind(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_timestamps_moving_between_seconds_in_any_direction() -> None:
     stamps = [2_500_000_000, 1_200_000_400, 1_999_999_600, 3_000_000_000, 0, 2_500_001_000]
     stream = io.BytesIO()
-    sink = TextSink(stream)
+    sink = sink_of(stream)
     for stamp in stamps:
         sink.write(entry(timestamp_ns=stamp))
     times = [line.split(b": ", 1)[0][-13:] for line in stream.getvalue().splitlines()]
@@ -309,6 +313,6 @@ def test_timestamps_moving_between_seconds_in_any_direction() -> None:
 
 
 def test_body_template_alone() -> None:
-    body = text.probe_printer(RETURN).compile("types_ret")
+    body = text.probe_printer(RETURN, CONTEXT).compile("types_ret")
     event = Event(0, 0, 1, 1, "c", RETURN, ip=0x10, ret_ip=0x20, args=(5,))
     assert body(event) == "types_ret: (0x20 <- 0x10) rv=5"

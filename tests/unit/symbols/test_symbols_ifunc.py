@@ -91,3 +91,32 @@ def test_a_second_copy_of_a_loaded_soname_is_refused(tmp_path) -> None:  # type:
     table = SymbolTable.for_path(copy)
     with pytest.raises(SymbolError, match="already loaded"):
         resolve_ifunc(copy, table.lookup("strlen"), table)
+
+
+def test_a_glob_skips_an_ifunc_it_cannot_resolve_with_a_note() -> None:
+    """An executable's IFUNC cannot be resolved in probescope (it cannot be dlopen'ed): a glob
+    over the program probes everything else and says what it left out; the name alone fails."""
+    from probescope.errors import SpecError
+    from probescope.symbols.resolve import resolve_specs
+
+    program = programs.ifunc_program()
+    notes: list[str] = []
+    probes = resolve_specs([f"{program}:ps_*"], notes=notes)
+    names = {p.symbol for p in probes}
+    assert "ps_dispatch" not in names and {"ps_impl_slow", "ps_impl_fast"} <= names
+    assert len(notes) == 1
+    assert "skipped 1 IFUNC" in notes[0] and "ps_dispatch" in notes[0]
+    assert "is an executable" in notes[0]
+    with pytest.raises(SpecError, match="cannot resolve IFUNC ps_dispatch"):
+        resolve_specs([f"{program}:ps_dispatch"])
+
+
+def test_libc_glob_resolves_in_spite_of_its_unresolvable_ifuncs() -> None:
+    """`c:*` once failed whole on one IFUNC; glibc's time() resolves into the vDSO."""
+    from probescope.symbols.resolve import resolve_specs
+
+    notes: list[str] = []
+    probes = resolve_specs(["c:*"], notes=notes)
+    assert len(probes) > 1000
+    for note in notes:  # which IFUNCs cannot be had depends on this libc and CPU
+        assert note.startswith("c:*: skipped ") and "IFUNC" in note

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.captured import CapturedCase, case_paths, load_case
-from probescope.engines.tracefs import decoder as decoder_module
-from probescope.engines.tracefs.ringbuffer import LOST_UNKNOWN, iter_records, split_sub_buffers
 from probescope.language.model import ProbeKind
+from probescope.traceevent import decoder as decoder_module
+from probescope.traceevent.ringbuffer import LOST_UNKNOWN, iter_records, split_sub_buffers
 
 CASES = case_paths()
 UPROBE_CASES = [p for p in CASES if (p / "formats").is_dir() and not p.name.startswith("trace")]

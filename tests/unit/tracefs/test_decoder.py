@@ -6,13 +6,15 @@ import struct
 
 import pytest
 
-from probescope.engines.tracefs import decoder as decoder_module
-from probescope.engines.tracefs.decoder import EventDecoder, infer_probe_arg_types
-from probescope.engines.tracefs.format import EventFormat, parse_event_format
-from probescope.engines.tracefs.ringbuffer import SubBufferLayout
 from probescope.errors import RingBufferFormatError
+from probescope.events import EventType
 from probescope.language.kernel_grammar import parse_kernel_probe
 from probescope.language.model import ProbeKind, ProbeSpec
+from probescope.traceevent import decoder as decoder_module
+from probescope.traceevent.decoder import EventDecoder
+from probescope.traceevent.event_layout import infer_probe_arg_types
+from probescope.traceevent.format import EventFormat, parse_event_format
+from probescope.traceevent.ringbuffer import SubBufferLayout
 from unit.tracefs import synthetic as s
 
 LE = SubBufferLayout(byteorder="little")
@@ -353,3 +355,17 @@ def test_event_types_are_reported_by_id() -> None:
     assert list(decoder.event_types) == [100]
     assert event_type.arg_names[:3] == ("num", "small", "hex")
     assert isinstance(parse_event_format(TYPES_FORMAT), EventFormat)
+
+
+def test_the_event_type_of_a_probe_spec() -> None:
+    probe = spec(TYPES_DEFINITION)
+    made = EventType.of_probe(probe)
+    assert (made.group, made.name, made.kind) == ("grp", "types", ProbeKind.UPROBE)
+    assert made.arg_names == tuple(arg.name for arg in probe.args)
+    assert made.arg_types == tuple(arg.type for arg in probe.args)
+    assert made.format is None and made.system is None
+    renamed = EventType.of_probe(probe, ProbeKind.USDT, group="session", name="types_1")
+    assert (renamed.group, renamed.name, renamed.kind) == ("session", "types_1", ProbeKind.USDT)
+    (decoded,) = decoder_for(TYPES_FORMAT, TYPES_DEFINITION).event_types.values()
+    assert (decoded.arg_names, decoded.arg_types) == (made.arg_names, made.arg_types)
+    assert decoded.format is not None and decoded.fields[0] == "__probe_ip"

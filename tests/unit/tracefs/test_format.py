@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from probescope.engines.tracefs.format import (
+from probescope.errors import RingBufferFormatError
+from probescope.traceevent.format import (
     HeaderEvent,
     parse_event_format,
     parse_header_event,
@@ -13,7 +14,6 @@ from probescope.engines.tracefs.format import (
     parse_saved_cmdlines,
     parse_saved_tgids,
 )
-from probescope.errors import RingBufferFormatError
 
 # events/<group>/types/format of a uprobe on Linux 6.18 (abridged), fields as the kernel prints
 UPROBE_FORMAT = """\

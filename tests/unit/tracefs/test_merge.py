@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from probescope.engines.tracefs.decoder import LiveMerge, merge_cpu_batches
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.model import ProbeKind
+from probescope.traceevent.merge import LiveMerge, merge_cpu_batches
 
 TYPE = EventType("g", "e", ProbeKind.UPROBE)
 

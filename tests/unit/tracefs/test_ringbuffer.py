@@ -6,8 +6,9 @@ import struct
 
 import pytest
 
-from probescope.engines.tracefs.format import HeaderEvent, parse_header_page
-from probescope.engines.tracefs.ringbuffer import (
+from probescope.errors import RingBufferFormatError
+from probescope.traceevent.format import HeaderEvent, parse_header_page
+from probescope.traceevent.ringbuffer import (
     LOST_UNKNOWN,
     TS_MSB,
     Record,
@@ -17,7 +18,6 @@ from probescope.engines.tracefs.ringbuffer import (
     read_header,
     split_sub_buffers,
 )
-from probescope.errors import RingBufferFormatError
 from unit.tracefs import synthetic as s
 
 LE = SubBufferLayout(byteorder="little")

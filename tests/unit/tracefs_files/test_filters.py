@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from probescope.engines.tracefs.filters import check_filter
-from probescope.engines.tracefs.format import parse_event_format
 from probescope.errors import SpecError
+from probescope.traceevent.format import parse_event_format
 
 SCHED_SWITCH = """name: sched_switch
 ID: 327

@@ -51,7 +51,9 @@ class PtraceEngine:
         kernel: RunningKernel | None = None,
     ) -> None:
         # `options` (clock, ring buffer, kernel filters) have no knob here: the engine's clock is
-        # CLOCK_MONOTONIC already and it has no ring buffer; `kernel` it does not need.
+        # CLOCK_MONOTONIC already and it has no ring buffer; `kernel` it does not need. User
+        # stacks it cannot record: available() says so.
+        self._user_stack = options is not None and options.user_stack
         del options, kernel
         self._options = TracerOptions(pin_cpu=pin_cpu, emulate=emulate, single_step=single_step)
         self._handlers: dict[ResolvedProbe, list[Handler]] = {}
@@ -95,6 +97,12 @@ class PtraceEngine:
     # -- Engine protocol ---------------------------------------------------------------------
 
     def available(self) -> Availability:
+        if self._user_stack:
+            return Availability(
+                False,
+                "it records no user stacks (--stack)",
+                "the tracefs engine records them (root: the kernel's userstacktrace)",
+            )
         return availability.check()
 
     def on(self, probe: ResolvedProbe, handler: Handler) -> None:

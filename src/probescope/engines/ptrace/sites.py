@@ -108,13 +108,7 @@ def build_sites(
         names = (spec.group_name, spec.event_name)
         event_type = event_types.get(names)
         if event_type is None:
-            event_type = EventType(
-                group=names[0],
-                name=names[1],
-                kind=probe.kind,
-                arg_names=tuple(a.name for a in spec.args),
-                arg_types=tuple(a.type for a in spec.args),
-            )
+            event_type = EventType.of_probe(spec, probe.kind)
             event_types[names] = event_type
         sites.append(
             ProbeSite(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from probescope.engines.tracefs.format import EventFormat
 from probescope.errors import SpecError
+from probescope.traceevent.format import EventFormat
 
 _TOKEN = re.compile(
     r"""\s*(?:

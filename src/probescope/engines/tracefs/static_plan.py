@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from probescope.engines.tracefs.filters import check_filter
-from probescope.engines.tracefs.format import EventFormat, parse_event_format
 from probescope.engines.tracefs.ownership import PREFIX
 from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import SpecError, SpecErrors, TracefsError
 from probescope.language.static_events import FunctionSpec, TracepointSpec
+from probescope.traceevent.format import EventFormat, parse_event_format
 
 # Events that exist only to describe ftrace's own records; they cannot be enabled.
 NOT_ENABLEABLE_SYSTEMS = frozenset({"ftrace"})

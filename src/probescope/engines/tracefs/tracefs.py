@@ -99,7 +99,14 @@ class Tracefs:
     def discover(cls, *, mount: bool = True) -> Tracefs:
         """The mounted tracefs, mounting it when root and absent; EngineUnavailable says why not."""
         for candidate in MOUNT_POINTS:
-            if (candidate / "trace").exists():
+            try:
+                present = (candidate / "trace").exists()
+            except PermissionError:  # the mount's directory is closed to this user
+                raise EngineUnavailable(
+                    f"{candidate} is not accessible: not root",
+                    hint="run as root, or use --engine bpf (CAP_BPF+CAP_PERFMON) or ptrace",
+                ) from None
+            if present:
                 return cls._checked(candidate)
         if mount and os.geteuid() == 0:
             target = MOUNT_POINTS[0]

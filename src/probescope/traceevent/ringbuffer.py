@@ -26,8 +26,8 @@ from functools import lru_cache
 from itertools import count
 from typing import Any, Literal, NamedTuple
 
-from probescope.engines.tracefs.format import HeaderEvent, HeaderPage
 from probescope.errors import RingBufferFormatError
+from probescope.traceevent.format import HeaderEvent, HeaderPage
 
 RB_MISSED_EVENTS = 1 << 31
 RB_MISSED_STORED = 1 << 30

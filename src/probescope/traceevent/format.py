@@ -153,10 +153,15 @@ class HeaderEvent:
 
 @dataclass(frozen=True)
 class PrintFormat:
-    """`print fmt:` split into the unescaped C format string and its argument expressions."""
+    """`print fmt:` split into the format string as printf sees it and its arguments: `args`
+    are the argument expressions split at top-level commas; `arguments` is the text after the
+    string (`, ARG, ARG`) and `arguments_offset` where it starts in the stripped print fmt,
+    for a parser that reports columns."""
 
     format: str
     args: tuple[str, ...]
+    arguments: str = ""
+    arguments_offset: int = 0
 
 
 def parse_event_format(text: str, *, system: str | None = None) -> EventFormat:
@@ -262,35 +267,56 @@ def parse_header_event(text: str) -> HeaderEvent:
     return header
 
 
-def parse_print_fmt(text: str) -> PrintFormat:
-    """Split `"FORMAT", ARG, ARG...` (the text after `print fmt:`) into its parts."""
+def parse_print_fmt(text: str, *, compiled: bool = False) -> PrintFormat:
+    """Split `"FORMAT", ARG, ARG...` (the text after `print fmt:`) into its parts: the one
+    splitter of print fmts, for every kind of event.
+
+    The kernel writes the string two ways. Dynamic probes (trace_probe.c) and ftrace's own
+    events write it as C source: escapes (`\\"%s\\"`, `\\t`) and, for ftrace, `"..." "..."`
+    concatenation. TRACE_EVENT tracepoints write the *compiled* TP_printk string
+    (include/trace/trace_events.h pastes `"\\"" fmt "\\", "`): tabs, newlines and backslashes
+    raw, and a quote the event prints left as is; say `compiled=True` for those. Either way the
+    string ends at the first (unescaped) quote followed by a comma or the end of the text; any
+    other quote is part of the format, or in C source starts a concatenated string.
+    """
     text = text.strip()
     if not text.startswith('"'):
         raise RingBufferFormatError(f"print fmt does not start with a string: {text[:60]!r}")
     chars: list[str] = []
+    stray: int | None = None
     index = 1
     while True:
         if index >= len(text):
+            if stray is not None:
+                raise RingBufferFormatError(
+                    f"print fmt: expected ',' after the string, got {text[stray + 1 :][:40]!r}"
+                )
             raise RingBufferFormatError(f"print fmt string is not closed: {text[:60]!r}")
         ch = text[index]
-        if ch == '"':
-            break
-        if ch == "\\" and index + 1 < len(text):
+        if ch == "\\" and not compiled and index + 1 < len(text):
             nxt = text[index + 1]
-            chars.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, "\\" + nxt))
+            chars.append(_ESCAPES.get(nxt, "\\" + nxt))
             index += 2
             continue
+        if ch == '"':
+            after = index + 1
+            while after < len(text) and text[after].isspace():
+                after += 1
+            if after >= len(text) or text[after] == ",":
+                break
+            if text[after] == '"' and not compiled:
+                index = after + 1
+                continue
+            if stray is None:
+                stray = index
         chars.append(ch)
         index += 1
-    rest = text[index + 1 :].strip()
-    args: list[str] = []
-    if rest:
-        if not rest.startswith(","):
-            raise RingBufferFormatError(
-                f"print fmt: expected ',' after the string, got {rest[:40]!r}"
-            )
-        args = _split_arguments(rest[1:])
-    return PrintFormat("".join(chars), tuple(args))
+    arguments = text[index + 1 :]
+    args = _split_arguments(arguments.strip()[1:]) if arguments.strip() else []
+    return PrintFormat("".join(chars), tuple(args), arguments, index + 1)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 
 
 def parse_saved_cmdlines(text: str | bytes) -> dict[int, str]:

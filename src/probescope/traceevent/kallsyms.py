@@ -1,13 +1,13 @@
-"""Kernel addresses as the kernel's `%pS`/`%ps`/`%pB` print them, from /proc/kallsyms.
+"""Kernel addresses as the kernel's `%pS`/`%ps`/`%pB` print them, from a `/proc/kallsyms` table.
 
-The text sink uses it for kprobe and function-tracer lines and the `symbol` type; the print-fmt
-interpreter for tracepoints. Tests point it at a table of their own with `use_kernel_symbols`.
+The text sink uses it for kprobe and function-tracer lines and the `symbol` type; the print fmt
+compiler for tracepoints. A table is read from a stream or a file it is given (the running
+kernel's is read by whoever builds the session's `KernelContext`).
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
@@ -15,6 +15,7 @@ from typing import IO
 from probescope.errors import RingBufferFormatError
 
 _MASK64 = (1 << 64) - 1
+_PRINTED_LIMIT = 65536
 
 
 class KernelSymbols:
@@ -68,6 +69,7 @@ class KernelSymbols:
         self.init_end = specials.get("_einittext", 0)
         self.kernel_end = specials.get("_end", 0)
         self.all_symbols = bool(self.kernel_end) and data_symbols > 1
+        self._printed: dict[tuple[int, bool, bool], str] = {}
         if not any(self.addresses) or not self.text_end:
             raise RingBufferFormatError(
                 "the kernel symbol table has no addresses",
@@ -76,16 +78,9 @@ class KernelSymbols:
 
     @classmethod
     def from_path(cls, path: str | Path) -> KernelSymbols:
+        """The table of a kallsyms file (`/proc/kallsyms` read as root, or a copy)."""
         with open(path, "rb") as stream:
             return cls(stream)
-
-    @classmethod
-    def load(cls, path: str | Path = "/proc/kallsyms") -> KernelSymbols | None:
-        """The running kernel's symbols, or None when they are not readable with addresses."""
-        try:
-            return cls.from_path(path)
-        except (OSError, RingBufferFormatError):
-            return None
 
     def _is_kernel(self, address: int) -> bool:
         if self.all_symbols:
@@ -134,7 +129,17 @@ class KernelSymbols:
 
     def symbol(self, address: int, *, offset: bool = True, backtrace: bool = False) -> str:
         """`sprint_symbol` (`%pS`), `sprint_symbol_no_offset` (`%ps`) or `sprint_backtrace`
-        (`%pB`, which names the call before a return address) for a 64-bit address."""
+        (`%pB`, which names the call before a return address) for a 64-bit address. Kept per
+        address: function-tracer lines name the same few functions over and over."""
+        key = (address, offset, backtrace)
+        text = self._printed.get(key)
+        if text is None:
+            text = self._symbol(address, offset, backtrace)
+            if len(self._printed) < _PRINTED_LIMIT:
+                self._printed[key] = text
+        return text
+
+    def _symbol(self, address: int, offset: bool, backtrace: bool) -> str:
         shift = 1 if backtrace else 0
         found = self.lookup((address - shift) & _MASK64)
         if found is None:
@@ -165,34 +170,3 @@ class KernelSymbols:
 
 
 _SECTION_MARKS = ("_stext", "_etext", "_sinittext", "_einittext", "_end")
-
-_override: list[KernelSymbols | None] = []
-
-
-@functools.cache
-def _running_kernel() -> KernelSymbols | None:
-    return KernelSymbols.load()
-
-
-def kernel_symbols() -> KernelSymbols | None:
-    """The table printers use: the one given to `use_kernel_symbols`, else the running
-    kernel's (None when /proc/kallsyms shows no addresses)."""
-    return _override[0] if _override else _running_kernel()
-
-
-def use_kernel_symbols(table: KernelSymbols | None, *, reset: bool = False) -> None:
-    """Print with `table` instead of /proc/kallsyms; `reset=True` goes back to the kernel's."""
-    _override.clear()
-    if not reset:
-        _override.append(table)
-
-
-def print_symbol(address: int, *, offset: bool = True) -> str:
-    """`%pS` (`name+0xoff/0xsize [module]`) or `%ps` (`name`); `0x...` when unknown. Cached
-    per address: function-tracer lines name the same few functions over and over."""
-    return _print_symbol(kernel_symbols(), address, offset)
-
-
-@functools.lru_cache(maxsize=65536)
-def _print_symbol(table: KernelSymbols | None, address: int, offset: bool) -> str:
-    return table.symbol(address, offset=offset) if table is not None else f"0x{address:x}"

@@ -1,0 +1,598 @@
+"""The bpf engine: the probes compiled to BPF programs in Python, attached with uprobe_multi
+links (the uprobe PMU where those are missing) and tracepoint perf events, their hits streamed
+through one BPF ring buffer into the same `Event`s the tracefs engine produces.
+
+attach: probe the kernel's BPF features → plan (groups, event types, filters) → maps (ring,
+counters, pid map, scratch) → load programs → pid map + fork/exit tracker → start the command
+gated → attach every link → let the command exec. detach: close links, programs, maps. Every
+kernel object is a file descriptor of this process, so a SIGKILLed session leaves nothing: the
+kernel removes the breakpoints when the last descriptor closes.
+
+The flags column (irqs-off, need-resched, hardirq/softirq, preempt depth) of a uprobe event is
+not known to a BPF program; the engine reports 0 (`.....`), what a uprobe handler in task
+context with preemption enabled has. Tracepoint records carry the kernel's own flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import operator
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
+from probescope.engines.bpf import syscall
+from probescope.engines.bpf.abi import BPF_F_SLEEPABLE, AttachType
+from probescope.engines.bpf.attach import (
+    ProbePoint,
+    attach_to_perf_event,
+    attach_uprobe_multi,
+    open_tracepoint_event,
+    open_uprobe_event,
+    uprobe_pmu_type,
+)
+from probescope.engines.bpf.capability import BpfFeatures, probe_features
+from probescope.engines.bpf.decode import RecordDecoder
+from probescope.engines.bpf.maps import ArrayMap, BpfMap, HashMap, possible_cpus
+from probescope.engines.bpf.plan import (
+    UprobePlan,
+    check_expressible,
+    plan_uprobes,
+    tracepoint_code,
+)
+from probescope.engines.bpf.program import (
+    CLOCKS,
+    COUNTER_FILTERED,
+    COUNTER_LOST,
+    SCRATCH_SLOTS_PER_CPU,
+    ProgramImage,
+    RecordAction,
+    SharedMaps,
+    build_record_program,
+)
+from probescope.engines.bpf.regs import pt_regs_for
+from probescope.engines.bpf.ringbuf import RingBuffer
+from probescope.engines.bpf.tracepoints import (
+    TRACEPOINT_SCRATCH_SIZE,
+    TracepointCode,
+    build_exit_program,
+    build_fork_program,
+    build_tracepoint_program,
+    compile_tracepoint_decoder,
+    tracepoint_event_type,
+)
+from probescope.engines.launch import GatedCommand
+from probescope.errors import (
+    BpfError,
+    EngineUnavailable,
+    ProbescopeError,
+    SpecError,
+    SpecErrors,
+    SymbolError,
+    VerifierError,
+)
+from probescope.events import Event, EventBatch
+from probescope.language.model import ProbeKind, ProbeSpec
+from probescope.language.resolved import ResolvedProbe
+from probescope.language.static_events import TracepointSpec
+from probescope.system.kernel import RunningKernel
+
+DEFAULT_RING_BYTES = 32 << 20
+BATCH_BYTES = 1 << 20
+"""The most of the ring decoded into one batch: bounds the memory a burst takes in Python."""
+FINAL_DRAIN_SECONDS = 1.0
+IDLE_POLL_SECONDS = 0.02
+_TIMESTAMP = operator.itemgetter(0)
+KINDS = frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT})
+
+
+@dataclass
+class _Owned:
+    """Every descriptor attach created, closed in reverse order by detach."""
+
+    links: list[int] = field(default_factory=list)
+    perf_events: list[int] = field(default_factory=list)
+    trackers: list[int] = field(default_factory=list)  # the fork/exit tracker's attachments
+    trackers_closing: threading.Thread | None = None
+    programs: list[int] = field(default_factory=list)
+    maps: list[BpfMap] = field(default_factory=list)
+    ring: RingBuffer | None = None
+
+
+class BpfEngine:
+    name = "bpf"
+
+    def __init__(
+        self,
+        *,
+        options: EngineOptions | None = None,
+        kernel: RunningKernel | None = None,
+        attach_mode: str = "auto",
+        interval: float = 0.1,
+    ) -> None:
+        """`attach_mode`: `auto` (uprobe_multi where the kernel has it), `multi` or `pmu`
+        (one perf event per probe, the fallback; kept selectable for tests and comparison)."""
+        self.options = options or EngineOptions()
+        self.kernel = kernel
+        self.attach_mode = attach_mode
+        self.interval = interval
+        self._features: BpfFeatures | None = None
+        self._owned = _Owned()
+        self._decoder = RecordDecoder()
+        self._command: GatedCommand | None = None
+        self._pids: tuple[int, ...] = ()
+        self._stats = EngineStats()
+        self._lost_seen = 0
+        self._counters: ArrayMap | None = None
+        self._detached = False
+        self._attached = False
+        self.programs: list[ProgramImage] = []
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return self._pids
+
+    # -- availability ---------------------------------------------------------------------
+
+    def features(self) -> BpfFeatures:
+        if self._features is None:
+            self._features = probe_features()
+        return self._features
+
+    def available(self) -> Availability:
+        features = self.features()
+        if not features.usable:
+            return Availability(False, features.reason, features.hint)
+        return Availability(True, "; ".join(features.notes))
+
+    def unsupported(self, probes: Sequence[ResolvedProbe], *, auto: bool = False) -> str | None:
+        """Why these probes cannot run here (None when they can). For `auto`, a kernel with
+        only the uprobe PMU is passed over too: it detaches about ten probes a second, and
+        before Linux 6.6 it cannot name a return probe's function."""
+        features = self.features()
+        pmu_only = features.usable and not features.uprobe_multi
+        if auto and pmu_only and any(p.kind is not ProbeKind.TRACEPOINT for p in probes):
+            return "uprobes here: the kernel has no uprobe_multi links (--engine bpf uses its PMU)"
+        kinds = sorted({p.kind.value for p in probes if p.kind not in KINDS})
+        if kinds:
+            return f"{', '.join(kinds)} probes"
+        if self.options.clock not in CLOCKS:
+            return f"with trace clock {self.options.clock!r} (it reads mono or boot)"
+        if self.options.user_stack or self.options.kernel_stack:
+            return "stack records after events (the tracefs engine's (user)stacktrace)"
+        return check_expressible(probes)
+
+    # -- attach ---------------------------------------------------------------------------
+
+    def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
+        if self._attached:
+            raise BpfError("this engine is already attached; use a new BpfEngine")
+        self._attached = True
+        features = self.features()
+        if not features.usable:
+            raise EngineUnavailable(f"the bpf engine cannot run here: {features.reason}")
+        mode = self._mode(features)
+        if self.options.clock not in CLOCKS:
+            raise EngineUnavailable(
+                f"the bpf engine reads the mono or boot clock, not {self.options.clock!r}",
+                hint="use --clock mono (CLOCK_MONOTONIC) or boot, or --engine tracefs",
+            )
+        unsupported = sorted({p.kind.value for p in probes if p.kind not in KINDS})
+        if unsupported:
+            raise EngineUnavailable(
+                f"the bpf engine cannot run {', '.join(unsupported)} probes",
+                hint="choose --engine tracefs",
+            )
+        uprobes = [p for p in probes if isinstance(p.spec, ProbeSpec)]
+        _check_instruction_boundaries(uprobes)
+        tracepoint_specs = [p.spec for p in probes if isinstance(p.spec, TracepointSpec)]
+        plan = plan_uprobes(uprobes, self.options.default_filter)
+        tracepoints = self._plan_tracepoints(tracepoint_specs, len(uprobes))
+        try:
+            maps = self._create_maps(plan, bool(tracepoints), target)
+            self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
+            loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
+            if target.command:
+                self._command = GatedCommand(target.command)
+                self._pids = (self._command.start(),)
+            else:
+                self._pids = tuple(target.pids)
+            # the session's own tracepoint programs run before the exit tracker (programs of
+            # one tracepoint run in attach order), so a traced process's last events pass
+            for program_fd, event_id, label in loaded_tracepoints:
+                self._attach_tracepoint(program_fd, event_id, label)
+            self._filter_pids(maps, target)
+            self._attach_uprobes(plan, mode)
+            self._stats.extra.update(
+                programs=len(self._owned.programs),
+                links=len(self._owned.links) + len(self._owned.trackers) // 2,
+                perf_events=len(self._owned.perf_events) + len(self._owned.trackers) // 2,
+            )
+            if self._command is not None:
+                self._command.release()
+        except BaseException:
+            if self._command is not None:
+                self._command.abort()
+            self.detach()
+            raise
+
+    def _mode(self, features: BpfFeatures) -> str:
+        if self.attach_mode == "pmu":
+            if not features.uprobe_pmu and uprobe_pmu_type() is None:
+                raise EngineUnavailable("the kernel has no uprobe PMU")
+            return "pmu"
+        if self.attach_mode == "multi" and not features.uprobe_multi:
+            raise EngineUnavailable(f"uprobe_multi links are refused here: {features.reason}")
+        return "multi" if features.uprobe_multi else "pmu"
+
+    def _plan_tracepoints(
+        self, specs: list[TracepointSpec], first_index: int
+    ) -> list[tuple[int, TracepointCode, int]]:
+        """Tracepoints as the tracefs engine expands and checks them (globs, filters against
+        the fields), each with its compiled filter and its event id."""
+        if not specs:
+            return []
+        from probescope.engines.tracefs.static_plan import plan_tracepoints
+        from probescope.engines.tracefs.tracefs import Tracefs
+
+        tracefs = Tracefs.discover()
+        plans = plan_tracepoints(tracefs, specs, self.options.default_filter)
+        planned: list[tuple[int, TracepointCode, int]] = []
+        for number, tracepoint in enumerate(plans):
+            source = next(
+                (
+                    s.source or str(s)
+                    for s in specs
+                    if fnmatch.fnmatchcase(tracepoint.system, s.system)
+                    and fnmatch.fnmatchcase(tracepoint.event, s.event)
+                ),
+                "",
+            )
+            code = tracepoint_code(
+                tracepoint.system, tracepoint.event, tracepoint.format, tracepoint.filter, source
+            )
+            event_id = int(tracefs.read(f"events/{tracepoint.system}/{tracepoint.event}/id"))
+            planned.append((first_index + number, code, event_id))
+        return planned
+
+    def _create_maps(self, plan: UprobePlan, tracepoints: bool, target: Target) -> SharedMaps:
+        owned = self._owned
+        ring_bytes = _ring_size(self.options.buffer_size_kb)
+        owned.ring = RingBuffer("probescope_rb", ring_bytes)
+        self._counters = ArrayMap("probescope_cnt", 8, 4)
+        owned.maps.append(self._counters)
+        pids = None
+        if not target.system_wide:
+            pid_map = HashMap("probescope_pid", 4, 8, 1 << 16)
+            owned.maps.append(pid_map)
+            pids = pid_map.fd
+        scratch = max(plan.scratch_size, TRACEPOINT_SCRATCH_SIZE if tracepoints else 0)
+        self._claim_offset = (scratch + 7) & ~7
+        self._scratch_fd: int | None = None
+        if scratch:
+            scratch_map = ArrayMap(
+                "probescope_scr",
+                self._claim_offset + 8,
+                possible_cpus() * SCRATCH_SLOTS_PER_CPU,
+            )
+            owned.maps.append(scratch_map)
+            self._scratch_fd = scratch_map.fd
+        return SharedMaps(owned.ring.fd, self._counters.fd, pids)
+
+    def _load(self, image: ProgramImage, label: str) -> int:
+        try:
+            fd = syscall.prog_load(
+                image.program_type,
+                image.instructions,
+                name=image.name,
+                expected_attach_type=image.expected_attach_type,
+                flags=BPF_F_SLEEPABLE if image.sleepable else 0,
+                functions=image.functions,
+            )
+        except VerifierError as error:
+            raise VerifierError(
+                f"the kernel's verifier rejected the program for {label}: {error.message}",
+                errno=error.errno,
+                log=error.log,
+                hint="verifier's last lines:\n" + _last_lines(error.log),
+            ) from None
+        self._owned.programs.append(fd)
+        self.programs.append(image)
+        return fd
+
+    def _load_uprobe_programs(
+        self, plan: UprobePlan, maps: SharedMaps, mode: str, *, sleepable: bool
+    ) -> None:
+        """One program per group. Sleepable programs (which fault user pages in) attach only
+        through uprobe_multi links."""
+        regs = pt_regs_for(os.uname().machine)
+        action = RecordAction(maps, self._scratch_fd, self._claim_offset)
+        self._group_programs: list[int] = []
+        self._plan = plan
+        for number, group in enumerate(plan.groups):
+            index, first = group.members[0]
+            label = first.spec.source if isinstance(first.spec, ProbeSpec) else None
+            label = label or first.label
+            args = ", ".join(f"{a.name}={a.expression}" for a in group.code.args) or "no arguments"
+            image = build_record_program(
+                group.code,
+                action,
+                regs,
+                name=f"probescope_{number}",
+                sleepable=sleepable and mode == "multi",
+                clock=self.options.clock,
+                expected_attach_type=AttachType.TRACE_UPROBE_MULTI
+                if mode == "multi"
+                else AttachType.NONE,
+            )
+            self._group_programs.append(self._load(image, f"{label} ({args})"))
+            for index, _probe in group.members:
+                self._decoder.add(
+                    index,
+                    plan.event_types[index],
+                    is_return=group.is_return,
+                    layout=image.layout,
+                )
+
+    def _load_tracepoints(
+        self, planned: list[tuple[int, TracepointCode, int]], maps: SharedMaps
+    ) -> list[tuple[int, int, str]]:
+        loaded = []
+        for index, code, event_id in planned:
+            assert self._scratch_fd is not None
+            label = f"{code.system}:{code.event}"
+            image = build_tracepoint_program(
+                code,
+                maps,
+                self._scratch_fd,
+                self._claim_offset,
+                index=index,
+                name=f"ps_tp_{index}",
+                clock=self.options.clock,
+            )
+            fd = self._load(image, label)
+            event_type, fields = tracepoint_event_type(code.format, code.system)
+            self._decoder.add(
+                index,
+                event_type,
+                is_return=False,
+                args=compile_tracepoint_decoder(fields),
+            )
+            loaded.append((fd, event_id, label))
+        return loaded
+
+    def _filter_pids(self, maps: SharedMaps, target: Target) -> None:
+        if maps.pids is None:
+            return
+        pid_map = next(m for m in self._owned.maps if m.fd == maps.pids)
+        for pid in self._pids:
+            pid_map.update(struct.pack("<I", pid), struct.pack("<Q", 1))
+        if not target.follow_children:
+            return
+        try:
+            from probescope.engines.tracefs.tracefs import Tracefs
+            from probescope.traceevent.format import parse_event_format
+
+            tracefs = Tracefs.discover()
+            fork, exit_format = (
+                parse_event_format(tracefs.read(f"events/sched/{name}/format"), system="sched")
+                for name in ("sched_process_fork", "sched_process_exit")
+            )
+        except ProbescopeError as error:
+            self._stats.notes.append(
+                f"children are not followed: the sched tracepoints cannot be read ({error.message})"
+            )
+            return
+        for image, event in (
+            (build_fork_program(fork, maps.pids), fork),
+            (build_exit_program(exit_format, maps.pids), exit_format),
+        ):
+            fd = self._load(image, f"sched:{event.name}")
+            self._attach_tracepoint(fd, event.id, f"sched:{event.name}", self._owned.trackers)
+
+    def _attach_tracepoint(
+        self, program_fd: int, event_id: int, label: str, owner: list[int] | None = None
+    ) -> None:
+        perf_fd = open_tracepoint_event(event_id, label)
+        (self._owned.perf_events if owner is None else owner).append(perf_fd)
+        link = attach_to_perf_event(program_fd, perf_fd)
+        if link is not None:
+            (self._owned.links if owner is None else owner).append(link)
+
+    def _attach_uprobes(self, plan: UprobePlan, mode: str) -> None:
+        for group, program_fd in zip(plan.groups, self._group_programs, strict=True):
+            for path, members in group.by_path().items():
+                points = [
+                    ProbePoint(probe.offset or 0, index, probe.ref_ctr_offset or 0)
+                    for index, probe in members
+                ]
+                if mode == "multi":
+                    self._owned.links.append(
+                        attach_uprobe_multi(program_fd, path, points, return_probe=group.is_return)
+                    )
+                    continue
+                pmu_type = uprobe_pmu_type()
+                assert pmu_type is not None
+                for point in points:
+                    perf_fd = open_uprobe_event(pmu_type, path, point, return_probe=group.is_return)
+                    self._owned.perf_events.append(perf_fd)
+                    link = attach_to_perf_event(program_fd, perf_fd, cookie=point.index)
+                    if link is not None:
+                        self._owned.links.append(link)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def events(self) -> Iterator[Event | EventBatch]:
+        ring = self._owned.ring
+        if ring is None:
+            raise ProbescopeError("the bpf engine is not attached")
+        decoder = self._decoder
+        last_yield = time.monotonic()
+        ending_since: float | None = None
+        while not self._detached:
+            span = ring.span(BATCH_BYTES)
+            lost = self._new_losses()
+            if span or lost:
+                walked = decoder.walk(span)
+                ring.consume(walked.consumed)
+                events = walked.events
+                if len(events) > 1:
+                    events.sort(key=_TIMESTAMP)
+                if events or lost:
+                    last_yield = time.monotonic()
+                    yield EventBatch(events, lost)
+                if walked.consumed >= BATCH_BYTES // 2:
+                    continue  # a busy ring: drain again at once
+            now = time.monotonic()
+            if ending_since is not None:
+                if not span and (now - ending_since > 0.05 or ring.pending() == 0):
+                    return
+                if now - ending_since > FINAL_DRAIN_SECONDS:
+                    return
+            elif self._target_ended():
+                ending_since = now
+                self._release_trackers()
+                continue
+            if now - last_yield >= self.interval:
+                last_yield = now
+                yield EventBatch([])
+            time.sleep(IDLE_POLL_SECONDS)
+
+    def _new_losses(self) -> int:
+        if self._counters is None:
+            return 0
+        total = _u64(self._counters.get(COUNTER_LOST))
+        lost = total - self._lost_seen
+        self._lost_seen = total
+        return lost
+
+    def _target_ended(self) -> bool:
+        command = self._command
+        if command is not None:
+            return command.poll() is not None
+        if self._pids:
+            return not any(_running(pid) for pid in self._pids)
+        return False
+
+    # -- teardown -------------------------------------------------------------------------
+
+    def _release_trackers(self) -> None:
+        """The target has ended: no child of it can be born any more. Detach the fork/exit
+        tracker now, its grace periods overlapping the last drain of the ring."""
+        owned = self._owned
+        if owned.trackers and owned.trackers_closing is None:
+            fds = list(owned.trackers)
+            owned.trackers_closing = threading.Thread(target=_close_together, args=(fds,))
+            owned.trackers_closing.start()
+
+    def stats(self) -> EngineStats:
+        if self._command is not None and self._command.returncode is not None:
+            self._stats.command_status = self._command.returncode
+        if self._counters is not None and self._counters.fd >= 0:
+            with contextlib.suppress(BpfError):
+                self._stats.lost = _u64(self._counters.get(COUNTER_LOST))
+                self._stats.extra["filtered"] = _u64(self._counters.get(COUNTER_FILTERED))
+        return self._stats
+
+    def detach(self) -> None:
+        """Close every link, perf event, program and map (links first: that removes the
+        breakpoints). Idempotent."""
+        if self._detached:
+            return
+        self.stats()
+        self._detached = True
+        owned = self._owned
+        if owned.trackers_closing is None:
+            _close_together(owned.links + owned.perf_events + owned.trackers)
+        else:
+            _close_together(owned.links + owned.perf_events)
+            owned.trackers_closing.join()
+        owned.trackers.clear()
+        for fd in reversed(owned.programs):
+            syscall.close(fd)
+        for bpf_map in owned.maps:
+            bpf_map.close()
+        if owned.ring is not None:
+            owned.ring.close()
+        owned.links.clear()
+        owned.perf_events.clear()
+        owned.programs.clear()
+        if self._command is not None and self._command.poll() is None:
+            self._command.terminate()
+            self._stats.notes.append(
+                f"{self._command.argv[0]} (pid {self._command.pid}) was still running: "
+                f"terminated, status {self._command.returncode}"
+            )
+            self._stats.command_status = self._command.returncode
+
+
+def _check_instruction_boundaries(probes: Sequence[ResolvedProbe]) -> None:
+    """uprobe_multi accepts an offset inside an instruction and the traced program then runs
+    corrupted code. Probes the symbols layer checked, resolved to a symbol's first byte, or at
+    a USDT note are boundaries; every other offset (a ResolvedProbe built by hand from a raw
+    kernel-grammar spec) is decoded again here."""
+    from probescope.symbols.insn import check_probe_offset
+
+    errors: list[SpecError] = []
+    for probe in probes:
+        if probe.boundary_checked or probe.kind is ProbeKind.USDT or probe.on_function_entry:
+            continue
+        assert probe.path is not None and probe.offset is not None
+        try:
+            check_probe_offset(probe.path, probe.offset)
+        except SymbolError as error:
+            text = probe.spec.source if isinstance(probe.spec, ProbeSpec) else None
+            errors.append(
+                SpecError(
+                    f"refusing to probe {probe.path}:{probe.offset:#x}: {error.message}",
+                    spec=text or str(probe.spec),
+                    hint=error.hint or "probe an instruction boundary",
+                )
+            )
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
+
+
+def _u64(value: bytes) -> int:
+    return int(struct.unpack_from("<Q", value)[0])
+
+
+def _close_together(fds: list[int]) -> None:
+    """Close attachments concurrently: each close may wait for an RCU grace period (50 ms
+    for a tracepoint's perf event here, far more per probe on the uprobe PMU), and those
+    waits overlap when the closes run side by side."""
+    if len(fds) <= 1:
+        for fd in fds:
+            syscall.close(fd)
+        return
+    with ThreadPoolExecutor(max_workers=min(64, len(fds))) as pool:
+        list(pool.map(syscall.close, fds))
+
+
+def _ring_size(buffer_size_kb: int | None) -> int:
+    """The ring's bytes: `--buffer-size` per CPU times the CPUs (the tracefs meaning), as a
+    power of two; 32 MiB by default (half a second of a million 64-byte records a second)."""
+    if not buffer_size_kb:
+        return DEFAULT_RING_BYTES
+    wanted = max(buffer_size_kb * 1024 * (os.cpu_count() or 1), os.sysconf("SC_PAGE_SIZE"))
+    return 1 << (wanted - 1).bit_length()
+
+
+def _last_lines(log: str, count: int = 8) -> str:
+    lines = [line for line in log.splitlines() if line.strip()]
+    return "\n".join("  " + line for line in lines[-count:])
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

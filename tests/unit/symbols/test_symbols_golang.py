@@ -1,0 +1,60 @@
+"""Go: the toolchain version read from the binary, and `argN` in Go's register ABI."""
+
+from __future__ import annotations
+
+import pytest
+
+from probescope.errors import SpecError
+from probescope.symbols.golang import uses_register_abi
+from probescope.symbols.resolve import resolve_specs
+from probescope.symbols.table import SymbolTable
+from unit.symbols import language_programs as programs
+from unit.symbols import symbol_programs
+
+
+def test_go_version_and_register_abi_come_from_the_binary() -> None:
+    binary = programs.go()
+    table = SymbolTable.for_path(binary)
+    assert table.is_go and table.go_version is not None
+    assert table.go_version.startswith("go1.")
+    minor = int(table.go_version.split(".")[1])
+    assert table.takes_go_registers(table.lookup("main.Add")) == (minor >= 17)
+    c_table = SymbolTable.for_path(symbol_programs.demo(pie=True, optimize="-O0"))
+    assert not c_table.takes_go_registers(c_table.lookup("ps_add"))
+
+
+def test_register_abi_by_version_machine_and_abi0_wrappers() -> None:
+    assert uses_register_abi("go1.17", 62, "main.f")
+    assert not uses_register_abi("go1.16.15", 62, "main.f")
+    assert not uses_register_abi("go1.17.3", 183, "main.f")  # arm64: from 1.18
+    assert uses_register_abi("go1.18", 183, "main.f")
+    assert not uses_register_abi("go1.21.0", 62, "main.f.abi0")
+    assert not uses_register_abi(None, 62, "main.f")
+
+
+def test_argn_follows_gos_register_abi() -> None:
+    binary = programs.go()
+    if not SymbolTable.for_path(binary).takes_go_registers(
+        SymbolTable.for_path(binary).lookup("main.Add")
+    ):
+        pytest.skip("this Go toolchain predates the register ABI")
+    (add, greet) = resolve_specs(
+        [
+            f"{binary}:main.Add a=arg1:s64 b=arg2:s64",
+            f"{binary}:main.Greet name=+0(arg1):char[6] len=arg2:u64 times=arg3:s64 ret=arg9",
+        ]
+    )
+    assert add.spec.definition().endswith(" a=%ax:s64 b=%bx:s64")  # type: ignore[union-attr]
+    assert greet.spec.definition().endswith(  # type: ignore[union-attr]
+        " name=+0(%ax):char[6] len=%bx:u64 times=%cx:s64 ret=%r11"
+    )
+    with pytest.raises(SpecError) as raised:
+        resolve_specs([f"{binary}:main.Add x=arg10"])
+    assert "Go passes the words past its 9 argument registers on the stack" in raised.value.message
+
+
+def test_gostring_says_why_the_kernel_cannot() -> None:
+    with pytest.raises(SpecError) as raised:
+        resolve_specs([f"{programs.go()}:main.Greet s=arg1:gostring"])
+    assert "the kernel cannot fetch a Go string" in raised.value.message
+    assert "char[16]" in (raised.value.hint or "")
