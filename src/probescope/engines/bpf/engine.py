@@ -20,26 +20,16 @@ import fnmatch
 import operator
 import os
 import struct
-import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
-from probescope.engines.bpf import syscall
-from probescope.engines.bpf.abi import BPF_F_SLEEPABLE, AttachType
-from probescope.engines.bpf.attach import (
-    ProbePoint,
-    attach_to_perf_event,
-    attach_uprobe_multi,
-    open_tracepoint_event,
-    open_uprobe_event,
-    uprobe_pmu_type,
-)
+from probescope.engines.bpf.abi import AttachType
+from probescope.engines.bpf.attach import uprobe_pmu_type
+from probescope.engines.bpf.attachments import Attachments
 from probescope.engines.bpf.capability import BpfFeatures, probe_features
 from probescope.engines.bpf.decode import RecordDecoder
-from probescope.engines.bpf.maps import ArrayMap, BpfMap, HashMap, possible_cpus
+from probescope.engines.bpf.maps import ArrayMap, HashMap, possible_cpus
 from probescope.engines.bpf.plan import (
     UprobePlan,
     check_expressible,
@@ -51,7 +41,6 @@ from probescope.engines.bpf.program import (
     COUNTER_FILTERED,
     COUNTER_LOST,
     SCRATCH_SLOTS_PER_CPU,
-    ProgramImage,
     RecordAction,
     SharedMaps,
     build_record_program,
@@ -61,8 +50,6 @@ from probescope.engines.bpf.ringbuf import RingBuffer
 from probescope.engines.bpf.tracepoints import (
     TRACEPOINT_SCRATCH_SIZE,
     TracepointCode,
-    build_exit_program,
-    build_fork_program,
     build_tracepoint_program,
     compile_tracepoint_decoder,
     tracepoint_event_type,
@@ -75,7 +62,6 @@ from probescope.errors import (
     SpecError,
     SpecErrors,
     SymbolError,
-    VerifierError,
 )
 from probescope.events import Event, EventBatch
 from probescope.language.model import ProbeKind, ProbeSpec
@@ -90,19 +76,6 @@ FINAL_DRAIN_SECONDS = 1.0
 IDLE_POLL_SECONDS = 0.02
 _TIMESTAMP = operator.itemgetter(0)
 KINDS = frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT})
-
-
-@dataclass
-class _Owned:
-    """Every descriptor attach created, closed in reverse order by detach."""
-
-    links: list[int] = field(default_factory=list)
-    perf_events: list[int] = field(default_factory=list)
-    trackers: list[int] = field(default_factory=list)  # the fork/exit tracker's attachments
-    trackers_closing: threading.Thread | None = None
-    programs: list[int] = field(default_factory=list)
-    maps: list[BpfMap] = field(default_factory=list)
-    ring: RingBuffer | None = None
 
 
 class BpfEngine:
@@ -123,7 +96,7 @@ class BpfEngine:
         self.attach_mode = attach_mode
         self.interval = interval
         self._features: BpfFeatures | None = None
-        self._owned = _Owned()
+        self._owned = Attachments()
         self._decoder = RecordDecoder()
         self._command: GatedCommand | None = None
         self._pids: tuple[int, ...] = ()
@@ -132,7 +105,6 @@ class BpfEngine:
         self._counters: ArrayMap | None = None
         self._detached = False
         self._attached = False
-        self.programs: list[ProgramImage] = []
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -206,7 +178,7 @@ class BpfEngine:
             # the session's own tracepoint programs run before the exit tracker (programs of
             # one tracepoint run in attach order), so a traced process's last events pass
             for program_fd, event_id, label in loaded_tracepoints:
-                self._attach_tracepoint(program_fd, event_id, label)
+                self._owned.attach_tracepoint(program_fd, event_id, label)
             self._filter_pids(maps, target)
             self._attach_uprobes(plan, mode)
             self._stats.extra.update(
@@ -285,27 +257,6 @@ class BpfEngine:
             self._scratch_fd = scratch_map.fd
         return SharedMaps(owned.ring.fd, self._counters.fd, pids)
 
-    def _load(self, image: ProgramImage, label: str) -> int:
-        try:
-            fd = syscall.prog_load(
-                image.program_type,
-                image.instructions,
-                name=image.name,
-                expected_attach_type=image.expected_attach_type,
-                flags=BPF_F_SLEEPABLE if image.sleepable else 0,
-                functions=image.functions,
-            )
-        except VerifierError as error:
-            raise VerifierError(
-                f"the kernel's verifier rejected the program for {label}: {error.message}",
-                errno=error.errno,
-                log=error.log,
-                hint="verifier's last lines:\n" + _last_lines(error.log),
-            ) from None
-        self._owned.programs.append(fd)
-        self.programs.append(image)
-        return fd
-
     def _load_uprobe_programs(
         self, plan: UprobePlan, maps: SharedMaps, mode: str, *, sleepable: bool
     ) -> None:
@@ -331,7 +282,7 @@ class BpfEngine:
                 if mode == "multi"
                 else AttachType.NONE,
             )
-            self._group_programs.append(self._load(image, f"{label} ({args})"))
+            self._group_programs.append(self._owned.load(image, f"{label} ({args})"))
             for index, _probe in group.members:
                 self._decoder.add(
                     index,
@@ -356,7 +307,7 @@ class BpfEngine:
                 name=f"ps_tp_{index}",
                 clock=self.options.clock,
             )
-            fd = self._load(image, label)
+            fd = self._owned.load(image, label)
             event_type, fields = tracepoint_event_type(code.format, code.system)
             self._decoder.add(
                 index,
@@ -371,60 +322,15 @@ class BpfEngine:
         if maps.pids is None:
             return
         pid_map = next(m for m in self._owned.maps if m.fd == maps.pids)
-        for pid in self._pids:
-            pid_map.update(struct.pack("<I", pid), struct.pack("<Q", 1))
-        if not target.follow_children:
-            return
-        try:
-            from probescope.engines.tracefs.tracefs import Tracefs
-            from probescope.traceevent.format import parse_event_format
-
-            tracefs = Tracefs.discover()
-            fork, exit_format = (
-                parse_event_format(tracefs.read(f"events/sched/{name}/format"), system="sched")
-                for name in ("sched_process_fork", "sched_process_exit")
-            )
-        except ProbescopeError as error:
-            self._stats.notes.append(
-                f"children are not followed: the sched tracepoints cannot be read ({error.message})"
-            )
-            return
-        for image, event in (
-            (build_fork_program(fork, maps.pids), fork),
-            (build_exit_program(exit_format, maps.pids), exit_format),
-        ):
-            fd = self._load(image, f"sched:{event.name}")
-            self._attach_tracepoint(fd, event.id, f"sched:{event.name}", self._owned.trackers)
-
-    def _attach_tracepoint(
-        self, program_fd: int, event_id: int, label: str, owner: list[int] | None = None
-    ) -> None:
-        perf_fd = open_tracepoint_event(event_id, label)
-        (self._owned.perf_events if owner is None else owner).append(perf_fd)
-        link = attach_to_perf_event(program_fd, perf_fd)
-        if link is not None:
-            (self._owned.links if owner is None else owner).append(link)
+        self._owned.follow_pids(
+            pid_map, self._pids, children=target.follow_children, notes=self._stats.notes
+        )
 
     def _attach_uprobes(self, plan: UprobePlan, mode: str) -> None:
         for group, program_fd in zip(plan.groups, self._group_programs, strict=True):
-            for path, members in group.by_path().items():
-                points = [
-                    ProbePoint(probe.offset or 0, index, probe.ref_ctr_offset or 0)
-                    for index, probe in members
-                ]
-                if mode == "multi":
-                    self._owned.links.append(
-                        attach_uprobe_multi(program_fd, path, points, return_probe=group.is_return)
-                    )
-                    continue
-                pmu_type = uprobe_pmu_type()
-                assert pmu_type is not None
-                for point in points:
-                    perf_fd = open_uprobe_event(pmu_type, path, point, return_probe=group.is_return)
-                    self._owned.perf_events.append(perf_fd)
-                    link = attach_to_perf_event(program_fd, perf_fd, cookie=point.index)
-                    if link is not None:
-                        self._owned.links.append(link)
+            self._owned.attach_uprobes(
+                program_fd, group.members, return_probe=group.is_return, mode=mode
+            )
 
     # -- events ---------------------------------------------------------------------------
 
@@ -457,7 +363,7 @@ class BpfEngine:
                     return
             elif self._target_ended():
                 ending_since = now
-                self._release_trackers()
+                self._owned.release_trackers()
                 continue
             if now - last_yield >= self.interval:
                 last_yield = now
@@ -482,15 +388,6 @@ class BpfEngine:
 
     # -- teardown -------------------------------------------------------------------------
 
-    def _release_trackers(self) -> None:
-        """The target has ended: no child of it can be born any more. Detach the fork/exit
-        tracker now, its grace periods overlapping the last drain of the ring."""
-        owned = self._owned
-        if owned.trackers and owned.trackers_closing is None:
-            fds = list(owned.trackers)
-            owned.trackers_closing = threading.Thread(target=_close_together, args=(fds,))
-            owned.trackers_closing.start()
-
     def stats(self) -> EngineStats:
         if self._command is not None and self._command.returncode is not None:
             self._stats.command_status = self._command.returncode
@@ -507,22 +404,7 @@ class BpfEngine:
             return
         self.stats()
         self._detached = True
-        owned = self._owned
-        if owned.trackers_closing is None:
-            _close_together(owned.links + owned.perf_events + owned.trackers)
-        else:
-            _close_together(owned.links + owned.perf_events)
-            owned.trackers_closing.join()
-        owned.trackers.clear()
-        for fd in reversed(owned.programs):
-            syscall.close(fd)
-        for bpf_map in owned.maps:
-            bpf_map.close()
-        if owned.ring is not None:
-            owned.ring.close()
-        owned.links.clear()
-        owned.perf_events.clear()
-        owned.programs.clear()
+        self._owned.close()
         if self._command is not None and self._command.poll() is None:
             self._command.terminate()
             self._stats.notes.append(
@@ -563,18 +445,6 @@ def _u64(value: bytes) -> int:
     return int(struct.unpack_from("<Q", value)[0])
 
 
-def _close_together(fds: list[int]) -> None:
-    """Close attachments concurrently: each close may wait for an RCU grace period (50 ms
-    for a tracepoint's perf event here, far more per probe on the uprobe PMU), and those
-    waits overlap when the closes run side by side."""
-    if len(fds) <= 1:
-        for fd in fds:
-            syscall.close(fd)
-        return
-    with ThreadPoolExecutor(max_workers=min(64, len(fds))) as pool:
-        list(pool.map(syscall.close, fds))
-
-
 def _ring_size(buffer_size_kb: int | None) -> int:
     """The ring's bytes: `--buffer-size` per CPU times the CPUs (the tracefs meaning), as a
     power of two; 32 MiB by default (half a second of a million 64-byte records a second)."""
@@ -582,11 +452,6 @@ def _ring_size(buffer_size_kb: int | None) -> int:
         return DEFAULT_RING_BYTES
     wanted = max(buffer_size_kb * 1024 * (os.cpu_count() or 1), os.sysconf("SC_PAGE_SIZE"))
     return 1 << (wanted - 1).bit_length()
-
-
-def _last_lines(log: str, count: int = 8) -> str:
-    lines = [line for line in log.splitlines() if line.strip()]
-    return "\n".join("  " + line for line in lines[-count:])
 
 
 def _running(pid: int) -> bool:
