@@ -24,20 +24,24 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from probescope.aggregate.aggregators import EventAggregator
+from probescope.aggregate.in_kernel import KernelReader, kernel_request
 from probescope.aggregate.latency import RETURN_VALUE, LatencyAggregator
 from probescope.aggregate.maps import Aggregation
 from probescope.aggregate.maps_keeper import MapsWatcher
-from probescope.aggregate.plan import AggregationError, Request, key_fields, plan_request
+from probescope.aggregate.plan import AggregationError, Plan, Request, key_fields, plan_request
 from probescope.aggregate.stack_capture import (
     MAX_SNAPSHOT,
 )
 from probescope.aggregate.symbolize import ProcessMaps, Symbolizer
 from probescope.aggregate.values import Scale
+from probescope.engines.aggregation import AggregatingEngine, KernelAggregation
 from probescope.engines.base import EngineOptions
 from probescope.engines.launch import GatedCommand
 from probescope.engines.registry import create_engine
+from probescope.errors import EngineUnavailable
 from probescope.language.arch import Arch, host_arch
 from probescope.language.parse import Spec
+from probescope.language.resolved import ResolvedProbe
 from probescope.session import Session, Terminated, signals_end_session
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
@@ -45,7 +49,7 @@ from probescope.system.kernel import RunningKernel
 if TYPE_CHECKING:
     from probescope.aggregate.records import RecordAggregator
 
-    Aggregator = EventAggregator | LatencyAggregator | RecordAggregator
+    Aggregator = EventAggregator | LatencyAggregator | RecordAggregator | KernelReader
 
 
 
@@ -57,6 +61,7 @@ class RunSummary:
     lost: int
     reason: str
     fast_path: bool
+    in_kernel: bool
     notes: list[str]
     command_status: int | None
 
@@ -75,8 +80,11 @@ class AggregationRun:
         arch: Arch | None = None,
         kernel: RunningKernel | None = None,
         kernel_symbols: Any = None,
+        interval: float | None = None,
     ) -> None:
         self.request = request
+        self.interval = interval
+        self._notes: list[str] = []
         self.arch = arch or host_arch()
         self.pids = tuple(pids)
         self.command = tuple(command) if command else None
@@ -89,16 +97,22 @@ class AggregationRun:
         )
         if not resolved:
             raise AggregationError("no probes to aggregate", hint="give at least one probe spec")
-        # Kernel stacks are records the engine writes after each event: the engine chosen
-        # must be one that can (`auto` passes over those that cannot).
-        options = replace(
-            options or EngineOptions(),
-            kernel_stack="kstack" in key_fields(request, resolved),
-        )
-        self.engine_name = create_engine(
-            engine, resolved, options=options, kernel=self.kernel
-        ).name
-        planned = plan_request(request, resolved, engine=self.engine_name, arch=self.arch)
+        options = options or EngineOptions()
+        in_kernel = self._in_kernel_plan(engine, resolved, options)
+        self.in_kernel = in_kernel is not None
+        if in_kernel is not None:
+            planned, aggregation = in_kernel
+            self.engine_name = "bpf"
+            options = replace(options, aggregation=aggregation)
+        else:
+            # Kernel stacks are records the engine writes after each event: the engine
+            # chosen must be one that can (`auto` passes over those that cannot).
+            options = replace(options, kernel_stack="kstack" in key_fields(request, resolved))
+            self.engine_name = create_engine(
+                engine, resolved, options=options, kernel=self.kernel
+            ).name
+            planned = plan_request(request, resolved, engine=self.engine_name, arch=self.arch)
+        self.planned = planned
         self.fields = planned.fields
         self.plan = planned.keys
         self.stack_options = planned.stacks
@@ -108,10 +122,13 @@ class AggregationRun:
             options,
             user_stack="ustack" in self.fields and self.stack_options.kernel_user_walk,
         )
-        # With the tracefs engine, stacks of a command are symbolized from maps the keeper
-        # copies at its exec and exit, so the run starts the command itself, gated.
+        # With the kernel's engines, stacks of a command are symbolized from maps the keeper
+        # copies at its exec and exit (it may have ended when they are read), so the run
+        # starts the command itself, gated. (The ptrace engine is its only tracer.)
         self.owns_command = (
-            self.command is not None and self.engine_name == "tracefs" and "ustack" in self.fields
+            self.command is not None
+            and self.engine_name in ("tracefs", "bpf")
+            and "ustack" in self.fields
         )
         self._gate: GatedCommand | None = None
         self._keeper: Any = None  # a MapsKeeper while the run owns the command
@@ -128,16 +145,55 @@ class AggregationRun:
         self.reason = "end"
         self._started = 0.0
         self._watcher: MapsWatcher | None = None
-        self._notes: list[str] = []
         self._aggregator_used: object = None
+
+    def _in_kernel_plan(
+        self, engine: str, resolved: list[ResolvedProbe], options: EngineOptions
+    ) -> tuple[Plan, KernelAggregation] | None:
+        """The plan and the in-kernel request when the bpf engine can aggregate this here
+        (`engine` auto or bpf); else None, with the reason in the notes."""
+        if engine not in ("auto", "bpf"):
+            return None
+        planned = plan_request(
+            self.request, resolved, engine="bpf", arch=self.arch, in_kernel=True
+        )
+        wanted = kernel_request(planned, intervals=self.interval is not None)
+        reason = wanted if isinstance(wanted, str) else None
+        if not isinstance(wanted, str):
+            try:
+                candidate = create_engine(
+                    "bpf", planned.probes, options=options, kernel=self.kernel
+                )
+            except EngineUnavailable as error:
+                reason = error.message
+            else:
+                if isinstance(candidate, AggregatingEngine):
+                    reason = candidate.can_aggregate(wanted, planned.probes)
+                else:
+                    reason = "the bpf engine does not aggregate"
+        if reason is None:
+            assert not isinstance(wanted, str)
+            return planned, wanted
+        self._notes.append(f"aggregated in user space, not in the kernel: {reason}")
+        return None
 
     # -- running ----------------------------------------------------------------------------
 
     def _aggregator(self) -> Aggregator:
         request = self.request
+        name = {"count": "@count", "stacks": "@stacks"}.get(request.kind, f"@{request.of}")
+        if request.kind == "latency":
+            name = f"@latency_{request.unit}"
+        if self.in_kernel:
+            aggregating = self.session.engine
+            assert isinstance(aggregating, AggregatingEngine)
+            intervals = self.interval is not None
+            return KernelReader(
+                name, self.planned, aggregating, self.symbolizer, intervals=intervals
+            )
         if request.kind == "latency":
             return LatencyAggregator(
-                f"@latency_{request.unit}",
+                name,
                 self.plan,
                 self.returns,
                 unit=request.unit,
@@ -145,7 +201,6 @@ class AggregationRun:
                 stacks=self.stack_options,
                 keep_spans=request.keep_spans,
             )
-        name = {"count": "@count", "stacks": "@stacks"}.get(request.kind, f"@{request.of}")
         engine: Any = self.session.engine
         retval_arg = RETURN_VALUE if "retval" in self.fields else None
         if request.kind in ("count", "hist") and hasattr(engine, "sub_buffers"):
@@ -185,6 +240,11 @@ class AggregationRun:
         `interval`, `on_interval(values)` gets the values of each interval (then cleared);
         the return value is the last (partial) interval's."""
         aggregator: Aggregator | None = None
+        if interval and self.in_kernel and self.interval is None:
+            raise AggregationError(
+                "this run aggregates in the kernel without intervals",
+                hint="give the interval when the run is made: AggregationRun(..., interval=)",
+            )
         if interval and self.options.read_interval is None:
             # read the ring buffer often enough that each interval gets its own events
             self.options = replace(self.options, read_interval=min(0.1, interval / 4))
@@ -227,6 +287,10 @@ class AggregationRun:
     def _feed(self, aggregator: Aggregator) -> Iterator[None]:
         """Feed the aggregator; yields after each batch so the caller can keep time."""
         engine: Any = self.session.engine
+        if isinstance(aggregator, KernelReader):
+            for _ in self.session.batches():  # empty: the values are in the kernel
+                yield None
+            return
         if not isinstance(aggregator, EventAggregator | LatencyAggregator):
             feed = aggregator.feed
             for item in engine.sub_buffers():
@@ -248,7 +312,7 @@ class AggregationRun:
         *,
         final: bool = False,
     ) -> Aggregation:
-        if isinstance(aggregator, LatencyAggregator):
+        if isinstance(aggregator, LatencyAggregator | KernelReader):
             values = aggregator.snapshot(final=final)
         else:
             values = aggregator.snapshot()
@@ -271,6 +335,7 @@ class AggregationRun:
             lost=summary.lost,
             reason=self.reason,
             fast_path=self.fast_path,
+            in_kernel=self.in_kernel,
             notes=(list(stats.notes) if stats else []) + self._notes,
             command_status=status,
         )
@@ -363,7 +428,7 @@ def _run(
     interval: float | None,
     on_interval: Callable[[Aggregation], None] | None,
 ) -> Aggregation:
-    run = AggregationRun(request, engine=engine, pids=pids, command=command)
+    run = AggregationRun(request, engine=engine, pids=pids, command=command, interval=interval)
     return run.run(duration=duration, interval=interval, on_interval=on_interval)
 
 

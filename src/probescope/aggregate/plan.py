@@ -68,7 +68,8 @@ class Request:
 @dataclass
 class Plan:
     """What a run installs and how it keys: `fields` (KeyPlan `keys`), the prepared `probes`,
-    `returns` (return event name → entry event name, for latency), `stacks` options."""
+    `returns` (return event name → entry event name, for latency), `stacks` options;
+    `in_kernel` when the engine aggregates in the kernel."""
 
     request: Request
     engine: str
@@ -77,6 +78,7 @@ class Plan:
     probes: list[ResolvedProbe] = field(default_factory=list)
     returns: dict[str, str] = field(default_factory=dict)
     stacks: StackOptions = field(default_factory=StackOptions)
+    in_kernel: bool = False
 
     @property
     def keys(self) -> KeyPlan:
@@ -84,18 +86,28 @@ class Plan:
 
 
 def plan_request(
-    request: Request, resolved: list[ResolvedProbe], *, engine: str, arch: Arch
+    request: Request,
+    resolved: list[ResolvedProbe],
+    *,
+    engine: str,
+    arch: Arch,
+    in_kernel: bool = False,
 ) -> Plan:
-    """The plan of `request` over its resolved probes for the engine that will run them."""
+    """The plan of `request` over its resolved probes for the engine that will run them;
+    `in_kernel`: the engine aggregates in the kernel, so the probes fetch only what keys and
+    values are made of (no stack copies, no stack pointer for pairing)."""
     if not resolved:
         raise AggregationError("no probes to aggregate", hint="give at least one probe spec")
-    planner = _Planner(Plan(request, engine, arch))
+    planner = _Planner(Plan(request, engine, arch, in_kernel=in_kernel))
     plan = planner.plan
     plan.fields = key_fields(request, resolved)
     plan.stacks = StackOptions(
         method=request.stack_method,
         kernel_user_walk=(
-            request.stack_method == "fp" and engine == "tracefs" and request.kind != "latency"
+            request.stack_method == "fp"
+            and engine == "tracefs"
+            and request.kind != "latency"
+            and not in_kernel
         ),
         kernel_stacks="kstack" in plan.fields,
     )
@@ -166,10 +178,11 @@ class _Planner:
                         extra.append(f"{name}={fetch}:s64")
                 if spec.kind.is_return and "retval" in fields:
                     extra.append(f"{RETURN_VALUE}=$retval:s64")
-                if request.kind == "latency":
+                if request.kind == "latency" and not self.plan.in_kernel:
                     extra.append(f"{STACK_POINTER}=%sp:x64")
             probe = with_arguments(probe, extra, arch=self.arch)
-            if "ustack" in fields and not (request.kind == "latency" and probe.kind.is_return):
+            copies_stack = "ustack" in fields and not self.plan.in_kernel  # else the kernel walks
+            if copies_stack and not (request.kind == "latency" and probe.kind.is_return):
                 probe = with_stack_capture(probe, capture, arch=self.arch)
             prepared.append(probe)
         self._check_fields(prepared)

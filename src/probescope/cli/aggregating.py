@@ -73,6 +73,7 @@ def run_aggregation(args: argparse.Namespace, request: Request) -> int:
         pids=args.pid,
         command=command,
         options=engine_options(args),
+        interval=args.interval,
     )
     output = getattr(args, "output", None)
     stack_format = stack_format_of(output) if output else None
@@ -124,6 +125,8 @@ def print_summary(
     summary: RunSummary, values: Aggregation, stream: IO[str], written: str | None
 ) -> None:
     path = " (records aggregated in place)" if summary.fast_path else ""
+    if summary.in_kernel:
+        path = " (aggregated in the kernel)"
     stream.write(
         f"probescope: {summary.events} events aggregated in {summary.duration:.2f}s "
         f"({summary.engine} engine{path}, {summary.reason}); lost {summary.lost}\n"

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from probescope.engines.aggregation import KernelAggregation
 from probescope.events import Event, EventBatch
 from probescope.language.resolved import ResolvedProbe
 
@@ -48,7 +49,9 @@ class EngineOptions:
     record the user stack with every uprobe event (the kernel's `userstacktrace`: it then
     follows every event of the session); `kernel_stack`: record the kernel stack after every
     event (the kernel's `stacktrace`, for aggregations keyed by it); `read_interval`: how often
-    the engine polls its buffers, in seconds (None: its own default). An engine whose
+    the engine polls its buffers, in seconds (None: its own default); `aggregation`: aggregate
+    in the kernel instead of streaming events (engines with `can_aggregate` only; see
+    `engines.aggregation`). An engine whose
     mechanism has no such knob (a ring buffer size means nothing to ptrace) ignores it; one
     that cannot record what is asked (ptrace: user stacks) says so in `available()`.
     """
@@ -61,6 +64,7 @@ class EngineOptions:
     user_stack: bool = False
     kernel_stack: bool = False
     read_interval: float | None = None
+    aggregation: KernelAggregation | None = None
 
 
 @dataclass

@@ -14,6 +14,24 @@ from support.tracefs import leftovers
 TARGETS = Path(__file__).parents[2] / "targets" / "aggregate"
 
 
+def bpf_reason() -> str | None:
+    """Why the bpf engine cannot run here (None when it can)."""
+    from probescope.engines.registry import BY_NAME, availability
+
+    state = availability(BY_NAME["bpf"])
+    return None if state.ok else state.reason
+
+
+ENGINES = [
+    "tracefs",
+    "ptrace",
+    pytest.param("bpf", marks=pytest.mark.skipif(bpf_reason() is not None, reason="no bpf")),
+]
+"""Every engine computes the same values: tracefs and ptrace in user space, bpf in the kernel
+(or, where a request needs every hit, in user space too)."""
+AVAILABLE = ["tracefs", "ptrace", *(["bpf"] if bpf_reason() is None else [])]
+
+
 def target(name: str, flags: tuple[str, ...]) -> Path:
     return compile_program((TARGETS / f"{name}.c").read_text(), name, flags)
 

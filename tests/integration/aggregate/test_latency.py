@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from integration.aggregate.conftest import ENGINES
 from probescope.aggregate.latency import ABANDONED, OPEN, UNMATCHED
 from probescope.aggregate.values import Latency
 from probescope.aggregations import latency
 
 pytestmark = pytest.mark.root
 
-ENGINES = ["tracefs", "ptrace"]
 
 
 def only_value(result: object) -> Latency:

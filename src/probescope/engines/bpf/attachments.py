@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from probescope.engines.bpf import syscall
 from probescope.engines.bpf.abi import BPF_F_SLEEPABLE
@@ -31,6 +32,8 @@ from probescope.engines.bpf.tracepoints import build_exit_program, build_fork_pr
 from probescope.errors import ProbescopeError, VerifierError
 from probescope.language.resolved import ResolvedProbe
 
+MapT = TypeVar("MapT", bound=BpfMap)
+
 
 @dataclass
 class Attachments:
@@ -45,7 +48,8 @@ class Attachments:
     ring: RingBuffer | None = None
     images: list[ProgramImage] = field(default_factory=list)
 
-    def own(self, bpf_map: BpfMap) -> BpfMap:
+    def own(self, bpf_map: MapT) -> MapT:
+        """Keep `bpf_map` to close with the rest."""
         self.maps.append(bpf_map)
         return bpf_map
 

@@ -23,12 +23,14 @@ import struct
 import time
 from collections.abc import Iterator, Sequence
 
+from probescope.engines.aggregation import KernelAggregation, KernelValues
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
 from probescope.engines.bpf.abi import AttachType
 from probescope.engines.bpf.attach import uprobe_pmu_type
 from probescope.engines.bpf.attachments import Attachments
 from probescope.engines.bpf.capability import BpfFeatures, probe_features
 from probescope.engines.bpf.decode import RecordDecoder
+from probescope.engines.bpf.kernel_aggregation import KernelAggregator, aggregation_refusal
 from probescope.engines.bpf.maps import ArrayMap, HashMap, possible_cpus
 from probescope.engines.bpf.plan import (
     UprobePlan,
@@ -105,6 +107,7 @@ class BpfEngine:
         self._counters: ArrayMap | None = None
         self._detached = False
         self._attached = False
+        self._aggregator: KernelAggregator | None = None
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -138,7 +141,19 @@ class BpfEngine:
             return f"with trace clock {self.options.clock!r} (it reads mono or boot)"
         if self.options.user_stack or self.options.kernel_stack:
             return "stack records after events (the tracefs engine's (user)stacktrace)"
+        if self.options.aggregation is not None:
+            return self.can_aggregate(self.options.aggregation, probes)
         return check_expressible(probes)
+
+    def can_aggregate(
+        self, aggregation: KernelAggregation, probes: Sequence[ResolvedProbe]
+    ) -> str | None:
+        """Why these probes cannot be aggregated in the kernel here (None when they can)."""
+        if not self.features().usable:
+            return self.features().reason
+        return aggregation_refusal(
+            aggregation, probes, default_filter=self.options.default_filter
+        )
 
     # -- attach ---------------------------------------------------------------------------
 
@@ -164,12 +179,31 @@ class BpfEngine:
         uprobes = [p for p in probes if isinstance(p.spec, ProbeSpec)]
         _check_instruction_boundaries(uprobes)
         tracepoint_specs = [p.spec for p in probes if isinstance(p.spec, TracepointSpec)]
-        plan = plan_uprobes(uprobes, self.options.default_filter)
+        aggregation = self.options.aggregation
+        if aggregation is not None:
+            refusal = self.can_aggregate(aggregation, probes)
+            if refusal:
+                raise EngineUnavailable(f"the bpf engine cannot aggregate {refusal}")
+        else:
+            plan = plan_uprobes(uprobes, self.options.default_filter)
         tracepoints = self._plan_tracepoints(tracepoint_specs, len(uprobes))
         try:
-            maps = self._create_maps(plan, bool(tracepoints), target)
-            self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
-            loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
+            if aggregation is None:
+                maps = self._create_maps(plan, bool(tracepoints), target)
+                self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
+                loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
+                pid_map = maps.pids
+            else:
+                self._aggregator = KernelAggregator(
+                    aggregation,
+                    self._owned,
+                    pt_regs_for(os.uname().machine),
+                    sleepable=features.sleepable and mode == "multi",
+                )
+                loaded_tracepoints, pids = self._aggregator.load(
+                    uprobes, tracepoints, system_wide=target.system_wide
+                )
+                pid_map = pids.fd if pids is not None else None
             if target.command:
                 self._command = GatedCommand(target.command)
                 self._pids = (self._command.start(),)
@@ -179,8 +213,11 @@ class BpfEngine:
             # one tracepoint run in attach order), so a traced process's last events pass
             for program_fd, event_id, label in loaded_tracepoints:
                 self._owned.attach_tracepoint(program_fd, event_id, label)
-            self._filter_pids(maps, target)
-            self._attach_uprobes(plan, mode)
+            self._filter_pids(pid_map, target)
+            if self._aggregator is not None:
+                self._aggregator.attach_uprobes(mode)
+            else:
+                self._attach_uprobes(plan, mode)
             self._stats.extra.update(
                 programs=len(self._owned.programs),
                 links=len(self._owned.links) + len(self._owned.trackers) // 2,
@@ -318,10 +355,10 @@ class BpfEngine:
             loaded.append((fd, event_id, label))
         return loaded
 
-    def _filter_pids(self, maps: SharedMaps, target: Target) -> None:
-        if maps.pids is None:
+    def _filter_pids(self, pids_fd: int | None, target: Target) -> None:
+        if pids_fd is None:
             return
-        pid_map = next(m for m in self._owned.maps if m.fd == maps.pids)
+        pid_map = next(m for m in self._owned.maps if m.fd == pids_fd)
         self._owned.follow_pids(
             pid_map, self._pids, children=target.follow_children, notes=self._stats.notes
         )
@@ -336,6 +373,9 @@ class BpfEngine:
 
     def events(self) -> Iterator[Event | EventBatch]:
         ring = self._owned.ring
+        if ring is None and self._aggregator is not None:
+            yield from self._aggregating()
+            return
         if ring is None:
             raise ProbescopeError("the bpf engine is not attached")
         decoder = self._decoder
@@ -369,6 +409,23 @@ class BpfEngine:
                 last_yield = now
                 yield EventBatch([])
             time.sleep(IDLE_POLL_SECONDS)
+
+    def _aggregating(self) -> Iterator[EventBatch]:
+        """While the kernel aggregates: an empty batch every read interval (the session's
+        pace), until the target ends; the values stay in the maps until detach."""
+        pause = self.options.read_interval or self.interval
+        while not self._detached:
+            if self._target_ended():
+                self._owned.release_trackers()
+                return
+            yield EventBatch([])
+            time.sleep(pause)
+
+    def read_aggregation(self, *, clear: bool = False, final: bool = False) -> KernelValues:
+        """The in-kernel values so far (`engines.aggregation.AggregatingEngine`)."""
+        if self._aggregator is None or self._detached:
+            raise ProbescopeError("the bpf engine is not aggregating")
+        return self._aggregator.read(clear=clear, final=final)
 
     def _new_losses(self) -> int:
         if self._counters is None:
