@@ -6,12 +6,13 @@ Run as root: `.venv/bin/python bench/bench_aggregate.py [--parts a,b,c] [--runs 
     loop and times the loop itself (clock_gettime), so the traced program's own cost per call
     is what is measured, never a tool's start-up; `probed` starts with `push %rbp` (the kernel
     emulates it). Consumers, interleaved in each repetition: no probe; `probescope count` with
-    the tracefs engine (records aggregated in place from the ring buffer); `probescope count
-    --engine ptrace` (fewer hits: --ptrace-hits); bpftrace `@[probe] = count()`; bcc's
-    `funccount` (bpfcc-tools; it needs kernel headers, and says so when they are missing).
+    the bpf engine (aggregated in the kernel), with the tracefs engine (records aggregated in
+    place from the ring buffer) and with the ptrace engine (fewer hits: --ptrace-hits);
+    bpftrace `@[probe] = count()`; bcc's `funccount` (bpfcc-tools; it needs kernel headers,
+    and says so when they are missing).
     Each consumer's count is checked against the calls made. Ratios: extra ns per hit over no
-    probe, against bpftrace's. (The bpf engine's in-kernel column comes with in-kernel
-    aggregation.)
+    probe, against bpftrace's. `probescope count --engine bpf` aggregates in the kernel
+    (a per-CPU hash map updated by the probe's program; target: <= 1.0x bpftrace).
 (b) user-space aggregation throughput from captured sub-buffers. --events hits of a probe
     with an int argument are recorded raw (the tracefs engine's own sub-buffers, kept in
     memory), then aggregated from those bytes: counts by probe, by (probe, argument), a log2
@@ -20,8 +21,9 @@ Run as root: `.venv/bin/python bench/bench_aggregate.py [--parts a,b,c] [--runs 
     path counts runs of same-size records in C; the record-by-record walk it falls back to for
     mixed sub-buffers is measured too.)
 (c) start-up: from launching the tool to the traced command's first instruction of `main`
-    (its probes are armed before it runs): `probescope latency -c` vs bpftrace with an
-    entry/return histogram (`funclatency` from bcc needs kernel headers, like funccount).
+    (its probes are armed before it runs): `probescope latency -c` (bpf in the kernel, and
+    tracefs) vs bpftrace with an entry/return histogram (`funclatency` from bcc needs kernel
+    headers, like funccount).
 """
 
 from __future__ import annotations
@@ -135,7 +137,16 @@ def part_a(options: Options, work: Path) -> list[Row]:
 
     def tracefs() -> tuple[str, int]:
         command = " ".join(pinned([target, str(hits)], options.cpu))
-        done = run([*PROBESCOPE, "count", spec, "-f", "json", "-c", command])
+        done = run(
+            [*PROBESCOPE, "count", spec, "--engine", "tracefs", "-f", "json", "-c", command]
+        )
+        return done.stdout, _json_count(done.stdout)
+
+    def bpf() -> tuple[str, int]:
+        command = " ".join(pinned([target, str(hits)], options.cpu))
+        done = run([*PROBESCOPE, "count", spec, "--engine", "bpf", "-f", "json", "-c", command])
+        if "aggregated in the kernel" not in done.stderr:
+            raise RuntimeError(f"the bpf engine did not aggregate in the kernel: {done.stderr}")
         return done.stdout, _json_count(done.stdout)
 
     def ptrace() -> tuple[str, int]:
@@ -145,6 +156,7 @@ def part_a(options: Options, work: Path) -> list[Row]:
 
     consumers: list[tuple[str, Callable[[], tuple[str, int]], int]] = [
         ("no probe", none, hits),
+        ("probescope count (bpf, in the kernel)", bpf, hits),
         ("probescope count (tracefs, in place)", tracefs, hits),
         ("probescope count (ptrace)", ptrace, slow_hits),
     ]
@@ -328,7 +340,10 @@ def part_c(options: Options, work: Path) -> list[Row]:
     target = str(binary)
     command = f"{target} 10"
     ours = [*PROBESCOPE, "latency", f"{target}:probed", "-q", "-c", command]
-    tools: list[tuple[str, list[str]]] = [("probescope latency -c", ours)]
+    tools: list[tuple[str, list[str]]] = [
+        ("probescope latency (bpf, in the kernel)", [*ours, "--engine", "bpf"]),
+        ("probescope latency (tracefs)", [*ours, "--engine", "tracefs"]),
+    ]
     if shutil.which("bpftrace"):
         program = (
             f"uprobe:{target}:probed {{ @s[tid] = nsecs; }} "
@@ -364,10 +379,10 @@ def print_part_c(rows: list[Row]) -> None:
     reference = next((r for r in rows if r.name.startswith("bpftrace") and r.values), None)
     for row in rows:
         if not row.values:
-            print(f"{row.name:36} {'-':>9}  {row.note}")
+            print(f"{row.name:42} {'-':>9}  {row.note}")
             continue
         ratio = f"{row.median / reference.median:.2f}x bpftrace" if reference else ""
-        print(f"{row.name:36} {row.median:9.1f}  {ratio} {row.note}")
+        print(f"{row.name:42} {row.median:9.1f}  {ratio} {row.note}")
 
 
 # --- main ----------------------------------------------------------------------------------

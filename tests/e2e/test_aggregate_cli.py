@@ -147,3 +147,28 @@ def test_ctrl_c_prints_the_last_values(workload: Path) -> None:
     (line,) = [line for line in stdout.splitlines() if line.startswith("@count")]
     assert 0 < int(line.split(": ")[1]) < 100
     assert "was still running: terminated" in stderr
+
+
+def _bpf_reason() -> str | None:
+    from probescope.engines.registry import BY_NAME, availability
+
+    state = availability(BY_NAME["bpf"])
+    return None if state.ok else state.reason
+
+
+@pytest.mark.root
+def test_the_bpf_engine_aggregates_in_the_kernel_or_says_why_not(workload: Path) -> None:
+    reason = _bpf_reason()
+    if reason:
+        pytest.skip(f"the bpf engine cannot run here: {reason}")
+    spec = f"{workload}:beta x=arg1:s32"
+    result = probescope("count", spec, "--by", "x", "--engine", "bpf", "-c", f"{workload} hist")
+    assert result.returncode == 0, result.stderr
+    assert "@count[-5]: 3" in result.stdout.splitlines()
+    assert "(bpf engine (aggregated in the kernel), end)" in result.stderr
+    filtered = probescope(
+        "count", spec, "--filter", "x >= 60", "--engine", "bpf", "-c", f"{workload} hist"
+    )
+    assert filtered.returncode == 0, filtered.stderr
+    assert filtered.stdout.splitlines()[-2:] == ["@count[beta]: 4", ""]
+    assert "note: aggregated in user space, not in the kernel: --filter" in filtered.stderr

@@ -56,7 +56,10 @@ class MapsKeeper:
         if helper == 0:  # the helper
             status = 1
             try:
-                os.close(read_end)
+                # Keep no descriptor of the parent's but the pipe: one end of the command's
+                # gate held here would keep an aborted command waiting on it forever.
+                os.closerange(3, write_end)
+                os.closerange(write_end + 1, os.sysconf("SC_OPEN_MAX"))
                 status = _serve(pid, write_end)
             finally:
                 os._exit(status)

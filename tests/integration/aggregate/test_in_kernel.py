@@ -12,7 +12,7 @@ from integration.aggregate.conftest import bpf_reason, target
 from probescope.aggregate.in_kernel import COUNTER_NAMES
 from probescope.aggregate.maps import Aggregation
 from probescope.aggregate.plan import Request
-from probescope.aggregations import AggregationRun, count, latency
+from probescope.aggregations import AggregationRun, count, latency, stacks
 from probescope.engines.base import EngineOptions
 
 pytestmark = [
@@ -110,3 +110,20 @@ def test_a_process_given_by_pid(distinct: Path) -> None:
     finally:
         process.wait(timeout=20)
     assert values.first.counts() == {("probed",): 300}
+
+
+def test_keys_read_from_memory_beside_frame_pointer_stacks(callers_fp: Path) -> None:
+    """A key dereferenced from user memory (the return address at [sp]) with user stacks:
+    both read by one program (not sleepable: the kernel gives sleepable programs no stack
+    maps)."""
+    result = stacks(
+        [f"{callers_fp}:leaf back=+0(%sp):x64"],
+        by=["back", "ustack"],
+        stack_method="fp",
+        command=[str(callers_fp), "4"],
+    )
+    found = result.first.counts()
+    assert sorted(found.values()) == [2, 2]
+    for (back, stack), _ in found.items():
+        assert isinstance(back, int) and isinstance(stack, tuple)
+        assert [frame.function for frame in stack[:2]] in (["leaf", "mid_a"], ["leaf", "mid_b"])

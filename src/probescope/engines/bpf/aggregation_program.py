@@ -407,7 +407,6 @@ class HitCode:
 
     key: KeyCode
     of: Loaded | None = None
-    sleepable: bool = False
 
 
 def build_hit_program(
@@ -426,7 +425,7 @@ def build_hit_program(
     e = Emitter()
     fc = None
     if program_type is ProgramType.KPROBE:
-        fc = FetchCompiler(e, regs, is_return=is_return, sleepable=code.sleepable)
+        fc = FetchCompiler(e, regs, is_return=is_return)
     emit_prologue(e, maps)
     emit_key(e, code.key, maps, fc, regs)
     emit_enter_generation(e, maps, "exit")
@@ -453,6 +452,5 @@ def build_hit_program(
         program_type=program_type,
         expected_attach_type=expected_attach_type,
         instructions=e.assemble(),
-        sleepable=code.sleepable,
         functions=tuple(e.functions),
     )

@@ -195,10 +195,7 @@ class BpfEngine:
                 pid_map = maps.pids
             else:
                 self._aggregator = KernelAggregator(
-                    aggregation,
-                    self._owned,
-                    pt_regs_for(os.uname().machine),
-                    sleepable=features.sleepable and mode == "multi",
+                    aggregation, self._owned, pt_regs_for(os.uname().machine)
                 )
                 loaded_tracepoints, pids = self._aggregator.load(
                     uprobes, tracepoints, system_wide=target.system_wide

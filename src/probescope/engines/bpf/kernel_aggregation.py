@@ -2,10 +2,15 @@
 programs it loads, and the reads that hand its values to user space.
 
 Probes with the same key code share a program (one uprobe_multi link per binary, the probe
-index as cookie); a tracepoint gets a program of its own. Values sit in per-CPU hash maps,
-read unsummed (`KernelValues`) so that they merge like any other values. With intervals the
-value maps come in two generations (see `aggregation_program`): a read switches the
-generation, waits until no program still writes the old one, reads it and empties it.
+index as cookie); a tracepoint gets a program of its own. The programs are not sleepable: the
+kernel gives sleepable programs no per-CPU hash or stack-trace maps. So an argument read from
+a page the process has not touched yet reads as 0 here, where the record engine's sleepable
+programs fault it in (numbers a function was just given are rarely on such a page).
+
+Values sit in per-CPU hash maps, read unsummed (`KernelValues`) so that they merge like any
+other values. With intervals the value maps come in two generations (see
+`aggregation_program`): a read switches the generation, waits until no program still writes
+the old one, reads it and empties it.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from probescope.engines.bpf.maps import (
     StackTraceMap,
 )
 from probescope.engines.bpf.plan import plan_uprobes
-from probescope.engines.bpf.program import ProbeCode, ProgramImage
+from probescope.engines.bpf.program import ProgramImage
 from probescope.engines.bpf.regs import PtRegs
 from probescope.engines.bpf.tracepoints import TracepointCode, tracepoint_event_type
 from probescope.errors import BpfError
@@ -126,7 +131,6 @@ class _Shape:
     of: FetchArg | None
     is_return: bool
     return_address: bool
-    sleepable: bool
 
 
 @dataclass(frozen=True)
@@ -143,13 +147,10 @@ class KernelAggregator:
         aggregation: KernelAggregation,
         owned: Attachments,
         regs: PtRegs,
-        *,
-        sleepable: bool,
     ) -> None:
         self.aggregation = aggregation
         self.owned = owned
         self.regs = regs
-        self.sleepable = sleepable
         self.keys = KeyLayout.of(aggregation.fields)
         self.event_types: dict[int, EventType] = {}
         self.numbers: dict[int, dict[str, _Number]] = {}  # probe index -> key field -> type
@@ -212,14 +213,11 @@ class KernelAggregator:
             self.at_entry.add(index)
             if probe.path and starts_frame_setup(probe.path, probe.offset or 0):
                 self.walk_adds_caller.add(index)
-        fetched = [*loads.values(), *([of] if of is not None else [])]
-        reads_user = ProbeCode.of(fetched, probe.kind.is_return, 0).reads_user_memory
         return _Shape(
             tuple(sorted(loads.items())),
             of,
             probe.kind.is_return,
             entry and "ustack" in aggregation.fields,
-            self.sleepable and reads_user,
         )
 
     def _program(self, shape: _Shape, name: str) -> ProgramImage:
@@ -238,14 +236,11 @@ class KernelAggregator:
                     self.maps,
                     self.regs,
                     name=name,
-                    sleepable=shape.sleepable,
                 )
-            return build_entry_program(
-                key, self.maps, self.regs, name=name, sleepable=shape.sleepable
-            )
+            return build_entry_program(key, self.maps, self.regs, name=name)
         of = Loaded.of_fetch(shape.of) if shape.of is not None else None
         return build_hit_program(
-            HitCode(key, of, shape.sleepable),
+            HitCode(key, of),
             aggregation,
             self.values,
             self.maps,

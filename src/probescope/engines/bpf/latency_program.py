@@ -81,10 +81,10 @@ def thread_value_size(layout: KeyLayout) -> int:
 
 
 def build_entry_program(
-    key: KeyCode, maps: AggregationMaps, regs: PtRegs, *, name: str, sleepable: bool = False
+    key: KeyCode, maps: AggregationMaps, regs: PtRegs, *, name: str
 ) -> ProgramImage:
     e = Emitter()
-    fc = FetchCompiler(e, regs, is_return=False, sleepable=sleepable)
+    fc = FetchCompiler(e, regs, is_return=False)
     layout = key.layout
     size = slot_size(layout)
     emit_prologue(e, maps)
@@ -135,7 +135,7 @@ def build_entry_program(
     emit_count(e, maps.counters, MAP_FULL)
     e.label("exit")
     emit_return_zero(e)
-    return _image(e, name, sleepable)
+    return _image(e, name)
 
 
 def build_return_program(
@@ -146,10 +146,9 @@ def build_return_program(
     regs: PtRegs,
     *,
     name: str,
-    sleepable: bool = False,
 ) -> ProgramImage:
     e = Emitter()
-    fc = FetchCompiler(e, regs, is_return=True, sleepable=sleepable)
+    fc = FetchCompiler(e, regs, is_return=True)
     layout = key.layout
     size = slot_size(layout)
     emit_prologue(e, maps)
@@ -215,7 +214,7 @@ def build_return_program(
     emit_count(e, maps.counters, UNMATCHED)
     e.label("exit")
     emit_return_zero(e)
-    return _image(e, name, sleepable)
+    return _image(e, name)
 
 
 def _thread_value(e: Emitter, maps: AggregationMaps, *, create: bool, missing: str) -> None:
@@ -282,12 +281,11 @@ def _count_abandoned(e: Emitter, maps: AggregationMaps) -> None:
     e.label(none)
 
 
-def _image(e: Emitter, name: str, sleepable: bool) -> ProgramImage:
+def _image(e: Emitter, name: str) -> ProgramImage:
     return ProgramImage(
         name=name,
         program_type=ProgramType.KPROBE,
         expected_attach_type=AttachType.TRACE_UPROBE_MULTI,
         instructions=e.assemble(),
-        sleepable=sleepable,
         functions=tuple(e.functions),
     )
