@@ -127,3 +127,20 @@ def test_keys_read_from_memory_beside_frame_pointer_stacks(callers_fp: Path) -> 
     for (back, stack), _ in found.items():
         assert isinstance(back, int) and isinstance(stack, tuple)
         assert [frame.function for frame in stack[:2]] in (["leaf", "mid_a"], ["leaf", "mid_b"])
+
+
+def test_tracepoint_fields_key_the_same_in_the_kernel_and_in_user_space() -> None:
+    argv = ["sh", "-c", "/bin/true; /bin/true; /bin/true; echo"]
+    found = {}
+    for engine in ("tracefs", "bpf"):
+        run = AggregationRun(
+            Request("count", ("t:sched:sched_process_fork",), ("probe", "parent_pid")),
+            engine=engine,
+            command=argv,
+        )
+        assert run.in_kernel == (engine == "bpf")
+        (((probe, parent), hits),) = run.run().first.counts().items()
+        assert probe == "sched:sched_process_fork" and isinstance(parent, int)
+        found[engine] = hits
+        assert run.summary().engine == engine
+    assert found["bpf"] == found["tracefs"] >= 3

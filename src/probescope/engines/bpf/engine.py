@@ -445,6 +445,9 @@ class BpfEngine:
     def stats(self) -> EngineStats:
         if self._command is not None and self._command.returncode is not None:
             self._stats.command_status = self._command.returncode
+        if self._aggregator is not None and not self._detached:
+            with contextlib.suppress(BpfError):
+                self._stats.extra.update(self._aggregator.totals())
         if self._counters is not None and self._counters.fd >= 0:
             with contextlib.suppress(BpfError):
                 self._stats.lost = _u64(self._counters.get(COUNTER_LOST))

@@ -376,6 +376,11 @@ class KernelAggregator:
                 result.counters["open"] = still_open
         return result
 
+    def totals(self) -> dict[str, int]:
+        """Every counter since attach (what could not be counted), for the engine's stats."""
+        totals = (self.counters.sum_u64(i) for i in range(len(COUNTERS)))
+        return {name: total for name, total in zip(COUNTERS, totals, strict=True) if total}
+
     def _switch_generation(self) -> PercpuHashMap:
         assert self.generation is not None and self.inflight is not None
         old = self._generation
