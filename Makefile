@@ -4,9 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, real programs:
-# nginx, and Go for a register-ABI target; perf as the reference for unwound stacks, chromium
-# to render the SVG flame graph).
-TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils nginx golang-go linux-perf chromium
+# nginx, and Go for a register-ABI target; trace-cmd to read recordings; perf as the reference
+# for unwound stacks, chromium to render the SVG flame graph).
+TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils nginx golang-go trace-cmd linux-perf chromium
 # The QEMU test guest (tests/vm); its tests skip with a reason when these cannot be installed.
 VM_PACKAGES := qemu-system-x86 busybox-static cpio
 # Peers the benchmarks measure probescope against.
@@ -72,6 +72,7 @@ bench: bench-deps venv
 	$(PY) bench/bench_ptrace.py
 	$(PY) bench/bench_static.py
 	$(PY) bench/bench_fentry.py
+	$(PY) bench/bench_record.py
 	$(PY) bench/bench_aggregate.py
 
 clean:

@@ -18,6 +18,8 @@ from probescope.errors import ProbescopeError
 # name -> (module under probescope.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("trace", "trace probes and print their events"),
+    "record": ("record", "trace probes into a trace.dat file (trace-cmd's format)"),
+    "report": ("report", "print a recording as text, JSON lines, Perfetto or Parquet"),
     "count": ("count", "count probe hits per key (funccount)"),
     "hist": ("hist", "histogram of an argument or return value per key (argdist)"),
     "latency": ("latency", "how long function calls take (funclatency)"),

@@ -11,18 +11,20 @@ from typing import IO, Any
 
 from probescope.cli.session_options import add_session_arguments, engine_options
 from probescope.session import Session, Summary
-from probescope.sinks.base import open_sink, output_formats
+from probescope.sinks.base import open_sink, output_format, output_formats
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, *, outputs: bool = True) -> None:
+    """`trace`'s arguments; without `outputs`, those of the session alone (no -o, -f)."""
     add_session_arguments(parser)
     parser.add_argument("-n", "--count", type=int, metavar="COUNT", help="stop after COUNT events")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
-    parser.add_argument(
-        "-f", "--format", default="text", choices=output_formats(), help="event output format"
-    )
+    if outputs:
+        parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
+        parser.add_argument(
+            "-f", "--format", default="text", choices=output_formats(), help="event output format"
+        )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the definitions that would be written"
     )
@@ -61,14 +63,33 @@ def run(args: argparse.Namespace) -> int:
         for note in session.notes:
             print(f"note: {note}", file=sys.stderr)
     with contextlib.ExitStack() as stack:
-        stream: IO[Any] = sys.stdout
+        binary = output_format(args.format).binary
+        stream: IO[Any] = sys.stdout.buffer if binary else sys.stdout
         if args.output:
-            stream = stack.enter_context(open(args.output, "w"))
-        sink = open_sink(args.format, stream, context=session.kernel_context())
+            stream = stack.enter_context(open(args.output, "wb" if binary else "w"))
+        sink = open_sink(
+            args.format, stream, context=session.kernel_context(), **sink_options(args, session)
+        )
         summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
         print_summary(summary, sys.stderr)
     return summary.exit_status()
+
+
+def sink_options(args: argparse.Namespace, session: Session) -> dict[str, Any]:
+    """What the chosen output takes from the session beyond its KernelContext: a Perfetto
+    trace, which entry probes a return probe ends (they become slices)."""
+    if args.format != "perfetto":
+        return {}
+    from probescope.language.model import ProbeSpec
+    from probescope.sinks.perfetto import entry_events_with_returns
+
+    places = [
+        (probe.spec.event_name, probe.kind, probe.path, probe.offset)
+        for probe in session.probes
+        if isinstance(probe.spec, ProbeSpec)
+    ]
+    return {"slices": entry_events_with_returns((), places)}
 
 
 def print_summary(summary: Summary, stream: IO[str]) -> None:
