@@ -81,9 +81,14 @@ class AggregationRun:
         kernel: RunningKernel | None = None,
         kernel_symbols: Any = None,
         interval: float | None = None,
+        existing_children: bool = False,
     ) -> None:
+        """`interval`: the run will hand over its values every `interval` seconds (an
+        in-kernel aggregation keeps two generations of maps for that); `existing_children`:
+        with `pids`, trace the processes they already have too."""
         self.request = request
         self.interval = interval
+        self.existing_children = existing_children
         self._notes: list[str] = []
         self.arch = arch or host_arch()
         self.pids = tuple(pids)
@@ -346,6 +351,7 @@ class AggregationRun:
             engine=self.engine_name,
             pids=pids,
             command=command,
+            existing_children=self.existing_children,
             options=self.options,
             kernel=self.kernel,
         )

@@ -71,6 +71,7 @@ def run_aggregation(args: argparse.Namespace, request: Request) -> int:
         request,
         engine=args.engine,
         pids=args.pid,
+        existing_children=args.children,
         command=command,
         options=engine_options(args),
         interval=args.interval,
