@@ -169,6 +169,11 @@ def test_what_cannot_be_aggregated_in_the_kernel() -> None:
     latency = KernelAggregation("latency", ())
     assert aggregation_refusal(latency, [tracepoint]) == "latency of a tracepoint"
     assert aggregation_refusal(count, [probe("p:g/e /bin/true:0x10 s=%di:u32")]) is None
+    kernel_stacks = KernelAggregation("count", ("kstack",))
+    assert "kernel stacks" in (
+        aggregation_refusal(kernel_stacks, [probe("p:g/e /bin/true:0x10")]) or ""
+    )
+    assert aggregation_refusal(kernel_stacks, [tracepoint]) is None
     wide = KernelAggregation("hist", (), of="x", linear=(0, 100_000, 1))
     assert "buckets" in (aggregation_refusal(wide, []) or "")
 

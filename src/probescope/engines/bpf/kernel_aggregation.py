@@ -101,6 +101,8 @@ def aggregation_refusal(
             continue
         if not isinstance(spec, ProbeSpec):
             return f"{probe.label}: not a probe"
+        if "kstack" in aggregation.fields:
+            return "kernel stacks of user-space probes (a program there sees user registers)"
         if spec.filter:
             return f"{spec.source or probe.label} has a filter, which runs on records"
         for arg in spec.args:
