@@ -28,8 +28,9 @@ LEVELS = {
     "sinks": 8,
     "record": 9,
     "session": 10,
-    "cli": 11,
-    "__main__": 12,
+    "aggregations": 11,
+    "cli": 12,
+    "__main__": 13,
 }
 # The package's face re-exports the public API from every layer (lazily).
 EXEMPT = {"__init__"}

@@ -14,6 +14,7 @@ import sys
 
 from probescope.cli import trace
 from probescope.cli._console import console as make_console
+from probescope.cli.session_options import command_argv, engine_options
 from probescope.engines.registry import BY_NAME, availability
 from probescope.engines.tracefs.instance_files import read_kallsyms_text
 from probescope.record.facts import RecordingFacts
@@ -45,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
         engine=engine,
         pids=args.pid,
         existing_children=args.children,
-        command=trace.command_argv(args.command),
-        options=trace.engine_options(args),
+        command=command_argv(args.command),
+        options=engine_options(args),
         kernel=kernel,
     )
     if engine == "auto":

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
-import os
-import shlex
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from probescope.engines.base import EngineOptions
-from probescope.engines.registry import ENGINE_CHOICES
-from probescope.errors import ProbescopeError
+from probescope.cli.session_options import (
+    add_session_arguments,
+    command_argv,
+    engine_options,
+    open_output,
+    positive,
+)
 from probescope.session import Session, Summary
 from probescope.sinks.base import open_sink, output_format, output_formats
 from probescope.symbols.resolve import resolve_specs
@@ -23,61 +24,17 @@ from probescope.system.kernel import RunningKernel
 
 def add_arguments(parser: argparse.ArgumentParser, *, outputs: bool = True) -> None:
     """`trace`'s arguments; without `outputs`, those of the session alone (no -o, -f)."""
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument(
-        "-c", "--command", metavar="CMD", help="run CMD with the probes armed; end with it"
-    )
-    target.add_argument(
-        "-p",
-        "--pid",
-        type=int,
-        action="append",
-        default=[],
-        metavar="PID",
-        help="trace process PID, its threads and the children it creates (repeatable)",
-    )
+    add_session_arguments(parser)
     parser.add_argument(
-        "--children",
-        action="store_true",
-        help="with -p: also trace the processes PID already has (e.g. nginx's workers)",
-    )
-    parser.add_argument(
-        "-d", "--duration", type=_seconds, metavar="SECONDS", help="stop after this"
-    )
-    parser.add_argument(
-        "-n", "--count", type=_positive, metavar="COUNT", help="stop after COUNT events"
+        "-n", "--count", type=positive, metavar="COUNT", help="stop after COUNT events"
     )
     if outputs:
         parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
         parser.add_argument(
             "-f", "--format", default="text", choices=output_formats(), help="event output format"
         )
-    parser.add_argument("--engine", default="auto", choices=ENGINE_CHOICES)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the definitions that would be written"
-    )
-    parser.add_argument(
-        "--clock",
-        default="mono",
-        help="trace clock (mono = CLOCK_MONOTONIC; the bpf engine reads mono or boot)",
-    )
-    parser.add_argument(
-        "--buffer-size",
-        type=_positive,
-        metavar="KB",
-        help="ring buffer size per CPU (the bpf engine's one ring: this times the CPUs)",
-    )
-    parser.add_argument(
-        "--filter",
-        metavar="EXPR",
-        help="filter for every probe given without its own `if ...` (the kernel's event "
-        "filter grammar: tracefs writes it to the event, bpf compiles it, ptrace evaluates it)",
-    )
-    parser.add_argument(
-        "--all",
-        action="store_true",
-        help="allow function-tracer patterns that select every kernel function",
     )
     parser.add_argument(
         "--stack",
@@ -85,27 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser, *, outputs: bool = True) -> N
         help="record the kernel stack with every function-tracer event and the user stack "
         "with every uprobe event (tracefs engine)",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text!r}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         binary = output_format(args.format).binary
         stream: IO[Any] = sys.stdout.buffer if binary else sys.stdout
         if args.output:
-            stream = stack.enter_context(_open_output(args.output, binary=binary))
+            stream = stack.enter_context(open_output(args.output, binary=binary))
         sink = open_sink(
             args.format, stream, context=session.kernel_context(), **sink_options(args, session)
         )
@@ -151,38 +87,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_summary(summary, sys.stderr, said=said)
     return summary.exit_status()
-
-
-def command_argv(text: str | None) -> list[str] | None:
-    """`-c CMD` split as a shell would split it (without running a shell)."""
-    if text is None:
-        return None
-    try:
-        argv = shlex.split(text)
-    except ValueError as error:
-        raise ProbescopeError(
-            f"cannot split the command {text!r}: {error}",
-            hint="quote it as a shell would: -c 'prog \"an argument\"'",
-        ) from None
-    if not argv:
-        raise ProbescopeError("the command (-c) is empty", hint="e.g. -c './prog arg'")
-    return argv
-
-
-def _open_output(path: str, *, binary: bool = False) -> IO[Any]:
-    """`-o FILE`, opened before anything is attached; a clear error when it cannot be."""
-    try:
-        if binary:
-            return open(path, "wb")
-        return open(path, "w", errors="surrogateescape")
-    except OSError as error:
-        reason = os.strerror(error.errno) if error.errno else str(error)
-        hint = None
-        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            hint = "its directory does not exist: create it first"
-        raise ProbescopeError(
-            f"cannot write the output file {path!r}: {reason}", hint=hint
-        ) from None
 
 
 def sink_options(args: argparse.Namespace, session: Session) -> dict[str, Any]:
@@ -199,18 +103,6 @@ def sink_options(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if isinstance(probe.spec, ProbeSpec)
     ]
     return {"slices": entry_events_with_returns((), places)}
-
-
-def engine_options(args: argparse.Namespace) -> EngineOptions:
-    """The engine options `trace`'s own arguments ask for."""
-    return EngineOptions(
-        clock=args.clock,
-        buffer_size_kb=args.buffer_size,
-        default_filter=args.filter,
-        allow_all_functions=args.all,
-        function_stack=args.stack,
-        user_stack=args.stack,
-    )
 
 
 def print_summary(summary: Summary, stream: IO[str], *, said: Sequence[str] = ()) -> None:

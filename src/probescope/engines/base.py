@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from probescope.engines.aggregation import KernelAggregation
 from probescope.events import Event, EventBatch
 from probescope.language.resolved import ResolvedProbe
 
@@ -46,9 +47,13 @@ class EngineOptions:
     `allow_all_functions`: let a function-tracer pattern select every kernel function;
     `function_stack`: record the kernel stack with every function-tracer event; `user_stack`:
     record the user stack with every uprobe event (the kernel's `userstacktrace`: it then
-    follows every event of the session). An engine whose mechanism has no such knob (a ring
-    buffer size means nothing to ptrace) ignores it; one that cannot record what is asked
-    (ptrace: user stacks) says so in `available()`.
+    follows every event of the session); `kernel_stack`: record the kernel stack after every
+    event (the kernel's `stacktrace`, for aggregations keyed by it); `read_interval`: how often
+    the engine polls its buffers, in seconds (None: its own default); `aggregation`: aggregate
+    in the kernel instead of streaming events (engines with `can_aggregate` only; see
+    `engines.aggregation`). An engine whose
+    mechanism has no such knob (a ring buffer size means nothing to ptrace) ignores it; one
+    that cannot record what is asked (ptrace: user stacks) says so in `available()`.
     """
 
     clock: str = "mono"
@@ -57,6 +62,9 @@ class EngineOptions:
     allow_all_functions: bool = False
     function_stack: bool = False
     user_stack: bool = False
+    kernel_stack: bool = False
+    read_interval: float | None = None
+    aggregation: KernelAggregation | None = None
 
 
 @dataclass

@@ -72,6 +72,22 @@ def function_code(path: str, table: SymbolTable, function: FunctionSymbol, limit
         return stream.read(max(0, end - function.offset))
 
 
+_FRAME_SETUP = (b"\x55", b"\xf3\x0f\x1e\xfa")  # push %rbp; endbr64
+
+
+def starts_frame_setup(path: str, offset: int) -> bool:
+    """The x86-64 instruction at this file offset is `push %rbp` or `endbr64`: where the
+    kernel's perf stack walk of a uprobe hit (`is_uprobe_at_func_entry`) takes the probe for
+    a function's entry and adds the return address at [sp] itself. False when unreadable."""
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(offset)
+            code = stream.read(4)
+    except OSError:
+        return False
+    return any(code.startswith(prefix) for prefix in _FRAME_SETUP)
+
+
 def check_probe_offset(
     path: str | os.PathLike[str],
     offset: int,

@@ -20,26 +20,18 @@ import fnmatch
 import operator
 import os
 import struct
-import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
+from probescope.engines.aggregation import KernelAggregation, KernelValues
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
-from probescope.engines.bpf import syscall
-from probescope.engines.bpf.abi import BPF_F_SLEEPABLE, AttachType
-from probescope.engines.bpf.attach import (
-    ProbePoint,
-    attach_to_perf_event,
-    attach_uprobe_multi,
-    open_tracepoint_event,
-    open_uprobe_event,
-    uprobe_pmu_type,
-)
+from probescope.engines.bpf.abi import AttachType
+from probescope.engines.bpf.attach import uprobe_pmu_type
+from probescope.engines.bpf.attachments import Attachments
 from probescope.engines.bpf.capability import BpfFeatures, probe_features
 from probescope.engines.bpf.decode import RecordDecoder
-from probescope.engines.bpf.maps import ArrayMap, BpfMap, HashMap, possible_cpus
+from probescope.engines.bpf.kernel_aggregation import KernelAggregator, aggregation_refusal
+from probescope.engines.bpf.maps import ArrayMap, HashMap, possible_cpus
 from probescope.engines.bpf.plan import (
     UprobePlan,
     check_expressible,
@@ -51,7 +43,6 @@ from probescope.engines.bpf.program import (
     COUNTER_FILTERED,
     COUNTER_LOST,
     SCRATCH_SLOTS_PER_CPU,
-    ProgramImage,
     RecordAction,
     SharedMaps,
     build_record_program,
@@ -61,8 +52,6 @@ from probescope.engines.bpf.ringbuf import RingBuffer
 from probescope.engines.bpf.tracepoints import (
     TRACEPOINT_SCRATCH_SIZE,
     TracepointCode,
-    build_exit_program,
-    build_fork_program,
     build_tracepoint_program,
     compile_tracepoint_decoder,
     tracepoint_event_type,
@@ -75,7 +64,6 @@ from probescope.errors import (
     SpecError,
     SpecErrors,
     SymbolError,
-    VerifierError,
 )
 from probescope.events import Event, EventBatch
 from probescope.language.model import ProbeKind, ProbeSpec
@@ -90,19 +78,6 @@ FINAL_DRAIN_SECONDS = 1.0
 IDLE_POLL_SECONDS = 0.02
 _TIMESTAMP = operator.itemgetter(0)
 KINDS = frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT})
-
-
-@dataclass
-class _Owned:
-    """Every descriptor attach created, closed in reverse order by detach."""
-
-    links: list[int] = field(default_factory=list)
-    perf_events: list[int] = field(default_factory=list)
-    trackers: list[int] = field(default_factory=list)  # the fork/exit tracker's attachments
-    trackers_closing: threading.Thread | None = None
-    programs: list[int] = field(default_factory=list)
-    maps: list[BpfMap] = field(default_factory=list)
-    ring: RingBuffer | None = None
 
 
 class BpfEngine:
@@ -123,7 +98,7 @@ class BpfEngine:
         self.attach_mode = attach_mode
         self.interval = interval
         self._features: BpfFeatures | None = None
-        self._owned = _Owned()
+        self._owned = Attachments()
         self._decoder = RecordDecoder()
         self._command: GatedCommand | None = None
         self._pids: tuple[int, ...] = ()
@@ -132,7 +107,7 @@ class BpfEngine:
         self._counters: ArrayMap | None = None
         self._detached = False
         self._attached = False
-        self.programs: list[ProgramImage] = []
+        self._aggregator: KernelAggregator | None = None
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -164,7 +139,21 @@ class BpfEngine:
             return f"{', '.join(kinds)} probes"
         if self.options.clock not in CLOCKS:
             return f"with trace clock {self.options.clock!r} (it reads mono or boot)"
+        if self.options.user_stack or self.options.kernel_stack:
+            return "stack records after events (the tracefs engine's (user)stacktrace)"
+        if self.options.aggregation is not None:
+            return self.can_aggregate(self.options.aggregation, probes)
         return check_expressible(probes)
+
+    def can_aggregate(
+        self, aggregation: KernelAggregation, probes: Sequence[ResolvedProbe]
+    ) -> str | None:
+        """Why these probes cannot be aggregated in the kernel here (None when they can)."""
+        if not self.features().usable:
+            return self.features().reason
+        return aggregation_refusal(
+            aggregation, probes, default_filter=self.options.default_filter
+        )
 
     # -- attach ---------------------------------------------------------------------------
 
@@ -190,12 +179,28 @@ class BpfEngine:
         uprobes = [p for p in probes if isinstance(p.spec, ProbeSpec)]
         _check_instruction_boundaries(uprobes)
         tracepoint_specs = [p.spec for p in probes if isinstance(p.spec, TracepointSpec)]
-        plan = plan_uprobes(uprobes, self.options.default_filter)
+        aggregation = self.options.aggregation
+        if aggregation is not None:
+            refusal = self.can_aggregate(aggregation, probes)
+            if refusal:
+                raise EngineUnavailable(f"the bpf engine cannot aggregate {refusal}")
+        else:
+            plan = plan_uprobes(uprobes, self.options.default_filter)
         tracepoints = self._plan_tracepoints(tracepoint_specs, len(uprobes))
         try:
-            maps = self._create_maps(plan, bool(tracepoints), target)
-            self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
-            loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
+            if aggregation is None:
+                maps = self._create_maps(plan, bool(tracepoints), target)
+                self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
+                loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
+                pid_map = maps.pids
+            else:
+                self._aggregator = KernelAggregator(
+                    aggregation, self._owned, pt_regs_for(os.uname().machine)
+                )
+                loaded_tracepoints, pids = self._aggregator.load(
+                    uprobes, tracepoints, system_wide=target.system_wide
+                )
+                pid_map = pids.fd if pids is not None else None
             if target.command:
                 self._command = GatedCommand(target.command)
                 self._pids = (self._command.start(),)
@@ -204,9 +209,12 @@ class BpfEngine:
             # the session's own tracepoint programs run before the exit tracker (programs of
             # one tracepoint run in attach order), so a traced process's last events pass
             for program_fd, event_id, label in loaded_tracepoints:
-                self._attach_tracepoint(program_fd, event_id, label)
-            self._filter_pids(maps, target)
-            self._attach_uprobes(plan, mode)
+                self._owned.attach_tracepoint(program_fd, event_id, label)
+            self._filter_pids(pid_map, target)
+            if self._aggregator is not None:
+                self._aggregator.attach_uprobes(mode)
+            else:
+                self._attach_uprobes(plan, mode)
             self._stats.extra.update(
                 programs=len(self._owned.programs),
                 links=len(self._owned.links) + len(self._owned.trackers) // 2,
@@ -283,27 +291,6 @@ class BpfEngine:
             self._scratch_fd = scratch_map.fd
         return SharedMaps(owned.ring.fd, self._counters.fd, pids)
 
-    def _load(self, image: ProgramImage, label: str) -> int:
-        try:
-            fd = syscall.prog_load(
-                image.program_type,
-                image.instructions,
-                name=image.name,
-                expected_attach_type=image.expected_attach_type,
-                flags=BPF_F_SLEEPABLE if image.sleepable else 0,
-                functions=image.functions,
-            )
-        except VerifierError as error:
-            raise VerifierError(
-                f"the kernel's verifier rejected the program for {label}: {error.message}",
-                errno=error.errno,
-                log=error.log,
-                hint="verifier's last lines:\n" + _last_lines(error.log),
-            ) from None
-        self._owned.programs.append(fd)
-        self.programs.append(image)
-        return fd
-
     def _load_uprobe_programs(
         self, plan: UprobePlan, maps: SharedMaps, mode: str, *, sleepable: bool
     ) -> None:
@@ -329,7 +316,7 @@ class BpfEngine:
                 if mode == "multi"
                 else AttachType.NONE,
             )
-            self._group_programs.append(self._load(image, f"{label} ({args})"))
+            self._group_programs.append(self._owned.load(image, f"{label} ({args})"))
             for index, _probe in group.members:
                 self._decoder.add(
                     index,
@@ -354,7 +341,7 @@ class BpfEngine:
                 name=f"ps_tp_{index}",
                 clock=self.options.clock,
             )
-            fd = self._load(image, label)
+            fd = self._owned.load(image, label)
             event_type, fields = tracepoint_event_type(code.format, code.system)
             self._decoder.add(
                 index,
@@ -365,69 +352,27 @@ class BpfEngine:
             loaded.append((fd, event_id, label))
         return loaded
 
-    def _filter_pids(self, maps: SharedMaps, target: Target) -> None:
-        if maps.pids is None:
+    def _filter_pids(self, pids_fd: int | None, target: Target) -> None:
+        if pids_fd is None:
             return
-        pid_map = next(m for m in self._owned.maps if m.fd == maps.pids)
-        for pid in self._pids:
-            pid_map.update(struct.pack("<I", pid), struct.pack("<Q", 1))
-        if not target.follow_children:
-            return
-        try:
-            from probescope.engines.tracefs.tracefs import Tracefs
-            from probescope.traceevent.format import parse_event_format
-
-            tracefs = Tracefs.discover()
-            fork, exit_format = (
-                parse_event_format(tracefs.read(f"events/sched/{name}/format"), system="sched")
-                for name in ("sched_process_fork", "sched_process_exit")
-            )
-        except ProbescopeError as error:
-            self._stats.notes.append(
-                f"children are not followed: the sched tracepoints cannot be read ({error.message})"
-            )
-            return
-        for image, event in (
-            (build_fork_program(fork, maps.pids), fork),
-            (build_exit_program(exit_format, maps.pids), exit_format),
-        ):
-            fd = self._load(image, f"sched:{event.name}")
-            self._attach_tracepoint(fd, event.id, f"sched:{event.name}", self._owned.trackers)
-
-    def _attach_tracepoint(
-        self, program_fd: int, event_id: int, label: str, owner: list[int] | None = None
-    ) -> None:
-        perf_fd = open_tracepoint_event(event_id, label)
-        (self._owned.perf_events if owner is None else owner).append(perf_fd)
-        link = attach_to_perf_event(program_fd, perf_fd)
-        if link is not None:
-            (self._owned.links if owner is None else owner).append(link)
+        pid_map = next(m for m in self._owned.maps if m.fd == pids_fd)
+        self._owned.follow_pids(
+            pid_map, self._pids, children=target.follow_children, notes=self._stats.notes
+        )
 
     def _attach_uprobes(self, plan: UprobePlan, mode: str) -> None:
         for group, program_fd in zip(plan.groups, self._group_programs, strict=True):
-            for path, members in group.by_path().items():
-                points = [
-                    ProbePoint(probe.offset or 0, index, probe.ref_ctr_offset or 0)
-                    for index, probe in members
-                ]
-                if mode == "multi":
-                    self._owned.links.append(
-                        attach_uprobe_multi(program_fd, path, points, return_probe=group.is_return)
-                    )
-                    continue
-                pmu_type = uprobe_pmu_type()
-                assert pmu_type is not None
-                for point in points:
-                    perf_fd = open_uprobe_event(pmu_type, path, point, return_probe=group.is_return)
-                    self._owned.perf_events.append(perf_fd)
-                    link = attach_to_perf_event(program_fd, perf_fd, cookie=point.index)
-                    if link is not None:
-                        self._owned.links.append(link)
+            self._owned.attach_uprobes(
+                program_fd, group.members, return_probe=group.is_return, mode=mode
+            )
 
     # -- events ---------------------------------------------------------------------------
 
     def events(self) -> Iterator[Event | EventBatch]:
         ring = self._owned.ring
+        if ring is None and self._aggregator is not None:
+            yield from self._aggregating()
+            return
         if ring is None:
             raise ProbescopeError("the bpf engine is not attached")
         decoder = self._decoder
@@ -455,12 +400,29 @@ class BpfEngine:
                     return
             elif self._target_ended():
                 ending_since = now
-                self._release_trackers()
+                self._owned.release_trackers()
                 continue
             if now - last_yield >= self.interval:
                 last_yield = now
                 yield EventBatch([])
             time.sleep(IDLE_POLL_SECONDS)
+
+    def _aggregating(self) -> Iterator[EventBatch]:
+        """While the kernel aggregates: an empty batch every read interval (the session's
+        pace), until the target ends; the values stay in the maps until detach."""
+        pause = self.options.read_interval or self.interval
+        while not self._detached:
+            if self._target_ended():
+                self._owned.release_trackers()
+                return
+            yield EventBatch([])
+            time.sleep(pause)
+
+    def read_aggregation(self, *, clear: bool = False, final: bool = False) -> KernelValues:
+        """The in-kernel values so far (`engines.aggregation.AggregatingEngine`)."""
+        if self._aggregator is None or self._detached:
+            raise ProbescopeError("the bpf engine is not aggregating")
+        return self._aggregator.read(clear=clear, final=final)
 
     def _new_losses(self) -> int:
         if self._counters is None:
@@ -480,18 +442,12 @@ class BpfEngine:
 
     # -- teardown -------------------------------------------------------------------------
 
-    def _release_trackers(self) -> None:
-        """The target has ended: no child of it can be born any more. Detach the fork/exit
-        tracker now, its grace periods overlapping the last drain of the ring."""
-        owned = self._owned
-        if owned.trackers and owned.trackers_closing is None:
-            fds = list(owned.trackers)
-            owned.trackers_closing = threading.Thread(target=_close_together, args=(fds,))
-            owned.trackers_closing.start()
-
     def stats(self) -> EngineStats:
         if self._command is not None and self._command.returncode is not None:
             self._stats.command_status = self._command.returncode
+        if self._aggregator is not None and not self._detached:
+            with contextlib.suppress(BpfError):
+                self._stats.extra.update(self._aggregator.totals())
         if self._counters is not None and self._counters.fd >= 0:
             with contextlib.suppress(BpfError):
                 self._stats.lost = _u64(self._counters.get(COUNTER_LOST))
@@ -505,22 +461,7 @@ class BpfEngine:
             return
         self.stats()
         self._detached = True
-        owned = self._owned
-        if owned.trackers_closing is None:
-            _close_together(owned.links + owned.perf_events + owned.trackers)
-        else:
-            _close_together(owned.links + owned.perf_events)
-            owned.trackers_closing.join()
-        owned.trackers.clear()
-        for fd in reversed(owned.programs):
-            syscall.close(fd)
-        for bpf_map in owned.maps:
-            bpf_map.close()
-        if owned.ring is not None:
-            owned.ring.close()
-        owned.links.clear()
-        owned.perf_events.clear()
-        owned.programs.clear()
+        self._owned.close()
         if self._command is not None and self._command.poll() is None:
             self._command.terminate()
             self._stats.notes.append(
@@ -561,18 +502,6 @@ def _u64(value: bytes) -> int:
     return int(struct.unpack_from("<Q", value)[0])
 
 
-def _close_together(fds: list[int]) -> None:
-    """Close attachments concurrently: each close may wait for an RCU grace period (50 ms
-    for a tracepoint's perf event here, far more per probe on the uprobe PMU), and those
-    waits overlap when the closes run side by side."""
-    if len(fds) <= 1:
-        for fd in fds:
-            syscall.close(fd)
-        return
-    with ThreadPoolExecutor(max_workers=min(64, len(fds))) as pool:
-        list(pool.map(syscall.close, fds))
-
-
 def _ring_size(buffer_size_kb: int | None) -> int:
     """The ring's bytes: `--buffer-size` per CPU times the CPUs (the tracefs meaning), as a
     power of two; 32 MiB by default (half a second of a million 64-byte records a second)."""
@@ -580,11 +509,6 @@ def _ring_size(buffer_size_kb: int | None) -> int:
         return DEFAULT_RING_BYTES
     wanted = max(buffer_size_kb * 1024 * (os.cpu_count() or 1), os.sysconf("SC_PAGE_SIZE"))
     return 1 << (wanted - 1).bit_length()
-
-
-def _last_lines(log: str, count: int = 8) -> str:
-    lines = [line for line in log.splitlines() if line.strip()]
-    return "\n".join("  " + line for line in lines[-count:])
 
 
 def _running(pid: int) -> bool:

@@ -148,6 +148,26 @@ class PercpuArrayMap(ArrayMap):
         return sum(struct.unpack_from("<Q", value)[0] for value in self.per_cpu(index))
 
 
+class PercpuHashMap(BpfMap):
+    """BPF_MAP_TYPE_PERCPU_HASH, allocated on demand: one value per possible CPU per key."""
+
+    map_type = MapType.PERCPU_HASH
+
+    def __init__(self, name: str, key_size: int, value_size: int, max_entries: int) -> None:
+        self.cpus = possible_cpus()
+        super().__init__(name, key_size, value_size, max_entries, flags=BPF_F_NO_PREALLOC)
+
+    @property
+    def _user_value_size(self) -> int:
+        return _round8(self.value_size) * self.cpus
+
+    def per_cpu_items(self) -> Iterator[tuple[bytes, list[bytes]]]:
+        """Every key with the value of each possible CPU."""
+        step = _round8(self.value_size)
+        for key, raw in self.items():
+            yield key, [raw[cpu * step : cpu * step + self.value_size] for cpu in range(self.cpus)]
+
+
 class StackTraceMap(BpfMap):
     """BPF_MAP_TYPE_STACK_TRACE: `bpf_get_stackid` stores a stack, keyed by its u32 id, as up
     to `depth` u64 addresses (zero-padded)."""

@@ -67,7 +67,7 @@ from probescope.system.kernel import RunningKernel
 from probescope.traceevent.decoder import EventDecoder
 from probescope.traceevent.format import EventFormat
 from probescope.traceevent.merge import LiveMerge
-from probescope.traceevent.ringbuffer import read_header
+from probescope.traceevent.ringbuffer import SubBufferLayout, read_header
 
 FINAL_DRAIN_SECONDS = 2.0
 
@@ -100,7 +100,7 @@ class TracefsEngine:
     ) -> None:
         self.options = options or EngineOptions()
         self.kernel = kernel or RunningKernel.read()
-        self.interval = interval
+        self.interval = self.options.read_interval or interval
         self._tracefs = tracefs
         self._installed = _Installed()
         self._types: dict[str, EventType] = {}
@@ -203,6 +203,9 @@ class TracefsEngine:
                 # After each event the kernel records the user stack (frame pointers): a
                 # `user_stack` record, printed `<user stack trace>` then ` =>  <address>`.
                 instance.set_option("userstacktrace", True)
+            if self.options.kernel_stack:
+                # ... and the kernel stack with `stacktrace`: a `kernel_stack` record.
+                instance.set_option("stacktrace", True)
             install(tracefs, specs, self._installed.events)
             self.definitions += [spec.definition() for spec in specs]
             set_event_filters(instance, self.group, expressions)
@@ -214,6 +217,7 @@ class TracefsEngine:
                 functions=bool(functions),
                 function_stack=self.options.function_stack,
                 user_stacks=user_stacks,
+                kernel_stacks=self.options.kernel_stack,
             )
             self._tasks = TaskNames(tracefs, self._decoder)
             pids = list(target.pids)
@@ -420,6 +424,20 @@ class TracefsEngine:
         if instance is None or self._decoder is None:
             raise ProbescopeError("the tracefs engine is not attached")
         return read_instance_files(instance, self._decoder.formats)
+
+    def record_layout(self) -> tuple[SubBufferLayout, dict[int, tuple[EventFormat, EventType]]]:
+        """The sub-buffer layout, and the format and EventType of each event id recorded."""
+        if self._decoder is None:
+            raise ProbescopeError("the tracefs engine is not attached")
+        types = self._decoder.event_types
+        formats = {f.id: f for f in self._decoder.formats}
+        return self._decoder.layout, {i: (formats[i], types[i]) for i in types}
+
+    def task_of(self, tid: int) -> tuple[str, int]:
+        """(comm, tgid) of a thread as events name it: /proc first, then saved_cmdlines."""
+        if self._tasks is None:
+            raise ProbescopeError("the tracefs engine is not attached")
+        return self._tasks.task(tid)
 
     def event_formats(self) -> tuple[EventFormat, ...]:
         """The `format` files of the events this session decodes (its probes, tracepoints and

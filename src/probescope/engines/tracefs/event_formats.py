@@ -25,11 +25,13 @@ def session_decoder(
     functions: bool,
     function_stack: bool,
     user_stacks: bool = False,
+    kernel_stacks: bool = False,
 ) -> EventDecoder:
     """A decoder of the instance's sub-buffers that knows every event the session enabled:
     its dynamic probes (typed by their specs, carrying `types[name]`), its tracepoints, the
-    user_stack records `userstacktrace` adds with `user_stacks`, and, with `functions`,
-    ftrace's function records (and kernel_stack with `function_stack`)."""
+    user_stack records `userstacktrace` adds with `user_stacks`, the kernel_stack records
+    `stacktrace` adds with `kernel_stacks`, and, with `functions`, ftrace's function records
+    (and kernel_stack with `function_stack`)."""
     layout = SubBufferLayout.from_header_page(
         parse_header_page(instance.read("events/header_page")),
         sub_buffer_size=instance.subbuffer_size(),
@@ -57,12 +59,12 @@ def session_decoder(
             instance.read("events/ftrace/function/format"), system="ftrace"
         )
         decoder.add_event(function_format, kind=ProbeKind.FUNCTION, group="ftrace")
-        if function_stack:
-            decoder.add_event(
-                open_tail(instance, "kernel_stack", "caller"),
-                kind=ProbeKind.FUNCTION,
-                group="ftrace",
-            )
+    if kernel_stacks or (functions and function_stack):
+        decoder.add_event(
+            open_tail(instance, "kernel_stack", "caller"),
+            kind=ProbeKind.FUNCTION,
+            group="ftrace",
+        )
     return decoder
 
 

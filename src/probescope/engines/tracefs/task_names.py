@@ -18,7 +18,7 @@ from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import TracefsError
 from probescope.events import Event, EventBatch
 from probescope.system.procfs import status_fields
-from probescope.traceevent.decoder import EventDecoder
+from probescope.traceevent.decoder import UNKNOWN_COMM, EventDecoder
 from probescope.traceevent.format import parse_saved_cmdlines, parse_saved_tgids
 
 COMM_REFRESH_SECONDS = 0.05
@@ -79,6 +79,19 @@ class TaskNames:
             else e
             for e in batch.events
         ]
+
+    def task(self, tid: int) -> tuple[str, int]:
+        """(comm, tgid) of one thread as events name it — for readers of raw records that
+        name each thread once: /proc first, then saved_cmdlines and saved_tgids."""
+        comm, tgid = task_of(tid)
+        comm = self._pinned.get(tid, comm)
+        if comm is None or tgid is None:
+            with contextlib.suppress(TracefsError):
+                if comm is None:
+                    comm = parse_saved_cmdlines(self.tracefs.read("saved_cmdlines")).get(tid)
+                if tgid is None:
+                    tgid = parse_saved_tgids(self.tracefs.read("saved_tgids")).get(tid)
+        return comm or UNKNOWN_COMM, tgid or tid
 
     def pin(self, pid: int) -> None:
         """Name the command's process from /proc while it is a zombie, before reaping it: the
