@@ -1,5 +1,5 @@
 """Entry point for `python -m probescope`."""
 
-from probescope.cli.main import main
+from probescope.cli import main
 
 raise SystemExit(main())
