@@ -69,6 +69,11 @@ class ProcessError(ProbescopeError):
     """A process that cannot be found or read in /proc (it exited, or belongs to another user)."""
 
 
+class ExecError(ProbescopeError):
+    """The kernel refused to run a -c command once it was let go (after the probes were armed:
+    a file that is not a program the kernel can load, a missing interpreter)."""
+
+
 class SymbolError(ProbescopeError):
     """A target, library or symbol that cannot be found or turned into a file offset."""
 

@@ -27,6 +27,7 @@ from probescope import __version__
 from probescope.errors import (
     BpfError,
     EngineUnavailable,
+    ExecError,
     ProbescopeError,
     PtraceError,
     TracefsError,
@@ -51,7 +52,7 @@ EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 1
 # What the kernel or a process refused once probescope acted on it: exit 1, not 2 — a 2 says
 # the input was refused before anything was touched.
-REFUSALS = (TracefsError, PtraceError, BpfError)
+REFUSALS = (TracefsError, PtraceError, BpfError, ExecError)
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
 

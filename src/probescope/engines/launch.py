@@ -11,7 +11,7 @@ import signal
 import time
 from collections.abc import Sequence
 
-from probescope.errors import ProbescopeError
+from probescope.errors import ExecError, ProbescopeError
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -29,6 +29,20 @@ def name_this_process(name: str) -> None:
     helper process forked from the session (`probescope-rec`, `probescope-wd`)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+
+
+def _check_runnable(path: str) -> None:
+    """What exec would refuse for a path, said before anything is forked or armed (exit 2
+    touches nothing); what only exec can tell (a bad ELF, a missing interpreter) comes back
+    from `release()`."""
+    if not os.path.exists(path):
+        raise ProbescopeError(f"cannot run {path!r}: {os.strerror(errno.ENOENT)}")
+    if os.path.isdir(path):
+        raise ProbescopeError(f"cannot run {path!r}: {os.strerror(errno.EISDIR)}")
+    if not os.access(path, os.X_OK):
+        raise ProbescopeError(
+            f"cannot run {path!r}: {os.strerror(errno.EACCES)}", hint=f"chmod +x {path}"
+        )
 
 
 class GatedCommand:
@@ -54,6 +68,8 @@ class GatedCommand:
             raise ProbescopeError(
                 f"command not found: {program!r}", hint="give a path, or check PATH"
             )
+        if "/" in program:
+            _check_runnable(program)
         gate_r, gate_w = os.pipe()
         error_r, error_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
@@ -94,7 +110,7 @@ class GatedCommand:
         if data:
             self.wait()
             code = int(data)
-            raise ProbescopeError(f"cannot run {self.argv[0]!r}: {os.strerror(code)}")
+            raise ExecError(f"cannot run {self.argv[0]!r}: {os.strerror(code)}")
 
     def abort(self) -> None:
         """The engine failed before release: the child exits without running the command."""

@@ -253,7 +253,7 @@ def run_main(
 def _watch_kernel_writes(fd: int) -> None:
     """In the child: note (without changing what they do) the calls that change the kernel's
     state or a process — tracefs writes, instance creation, BPF links, ptrace attaches."""
-    from probescope.engines.bpf import engine as bpf_engine
+    from probescope.engines.bpf import attachments as bpf_attachments
     from probescope.engines.ptrace.attaching import Attaching
     from probescope.engines.tracefs.instance import Instance
     from probescope.engines.tracefs.tracefs import Tracefs
@@ -270,8 +270,8 @@ def _watch_kernel_writes(fd: int) -> None:
     Instance.create = classmethod(noting(Instance.create.__func__))  # type: ignore[method-assign]
     Attaching.spawn = noting(Attaching.spawn)  # type: ignore[method-assign]
     Attaching.attach = noting(Attaching.attach)  # type: ignore[method-assign]
-    bpf_engine.attach_uprobe_multi = noting(bpf_engine.attach_uprobe_multi)
-    bpf_engine.attach_to_perf_event = noting(bpf_engine.attach_to_perf_event)
+    bpf_attachments.attach_uprobe_multi = noting(bpf_attachments.attach_uprobe_multi)
+    bpf_attachments.attach_to_perf_event = noting(bpf_attachments.attach_to_perf_event)
 
 
 def _wait(pid: int, grace: float) -> int | str:
