@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import operator
 import os
 import struct
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -58,6 +56,7 @@ from probescope.engines.bpf.program import (
 )
 from probescope.engines.bpf.regs import pt_regs_for
 from probescope.engines.bpf.ringbuf import RingBuffer
+from probescope.engines.bpf.stream import EventStream
 from probescope.engines.bpf.tracepoints import (
     TRACEPOINT_SCRATCH_SIZE,
     TracepointCode,
@@ -84,11 +83,6 @@ from probescope.language.static_events import TracepointSpec
 from probescope.system.kernel import RunningKernel
 
 DEFAULT_RING_BYTES = 32 << 20
-BATCH_BYTES = 1 << 20
-"""The most of the ring decoded into one batch: bounds the memory a burst takes in Python."""
-FINAL_DRAIN_SECONDS = 1.0
-IDLE_POLL_SECONDS = 0.02
-_TIMESTAMP = operator.itemgetter(0)
 KINDS = frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT})
 
 
@@ -103,6 +97,7 @@ class _Owned:
     programs: list[int] = field(default_factory=list)
     maps: list[BpfMap] = field(default_factory=list)
     ring: RingBuffer | None = None
+    stream: EventStream | None = None  # the recorder process and the decoder behind it
 
 
 class BpfEngine:
@@ -194,6 +189,7 @@ class BpfEngine:
         tracepoints = self._plan_tracepoints(tracepoint_specs, len(uprobes))
         try:
             maps = self._create_maps(plan, bool(tracepoints), target)
+            self._start_stream()
             self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
             loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
             if target.command:
@@ -426,41 +422,29 @@ class BpfEngine:
 
     # -- events ---------------------------------------------------------------------------
 
+    def _start_stream(self) -> None:
+        """Fork the recorder now, while the session holds no program, link or command gate
+        it would have to close."""
+        assert self._owned.ring is not None
+        self._owned.stream = EventStream(
+            self._owned.ring,
+            self._decoder,
+            clock=self.options.clock,
+            interval=self.interval,
+            losses=self._new_losses,
+            target_ended=self._target_ended,
+            on_target_end=self._release_trackers,
+        )
+        self._owned.stream.start()
+
     def events(self) -> Iterator[Event | EventBatch]:
-        ring = self._owned.ring
-        if ring is None:
+        stream = self._owned.stream
+        if stream is None:
             raise ProbescopeError("the bpf engine is not attached")
-        decoder = self._decoder
-        last_yield = time.monotonic()
-        ending_since: float | None = None
-        while not self._detached:
-            span = ring.span(BATCH_BYTES)
-            lost = self._new_losses()
-            if span or lost:
-                walked = decoder.walk(span)
-                ring.consume(walked.consumed)
-                events = walked.events
-                if len(events) > 1:
-                    events.sort(key=_TIMESTAMP)
-                if events or lost:
-                    last_yield = time.monotonic()
-                    yield EventBatch(events, lost)
-                if walked.consumed >= BATCH_BYTES // 2:
-                    continue  # a busy ring: drain again at once
-            now = time.monotonic()
-            if ending_since is not None:
-                if not span and (now - ending_since > 0.05 or ring.pending() == 0):
-                    return
-                if now - ending_since > FINAL_DRAIN_SECONDS:
-                    return
-            elif self._target_ended():
-                ending_since = now
-                self._release_trackers()
-                continue
-            if now - last_yield >= self.interval:
-                last_yield = now
-                yield EventBatch([])
-            time.sleep(IDLE_POLL_SECONDS)
+        for batch in stream.events():
+            if self._detached:
+                return
+            yield batch
 
     def _new_losses(self) -> int:
         if self._counters is None:
@@ -512,6 +496,8 @@ class BpfEngine:
             _close_together(owned.links + owned.perf_events)
             owned.trackers_closing.join()
         owned.trackers.clear()
+        if owned.stream is not None:
+            owned.stream.close(self._stats)
         for fd in reversed(owned.programs):
             syscall.close(fd)
         for bpf_map in owned.maps:

@@ -167,14 +167,16 @@ def emit_header(
     *,
     is_return: bool,
     index: int | None,
-    clock: str = "mono",
+    clock: str | None = "mono",
     pid_tgid: Reg | None = None,
 ) -> None:
     """Timestamp, addresses, task, probe index, cpu and comm into the record at r7.
     `index` None: the probe index is the attach cookie; `pid_tgid`: a register that already
-    holds bpf_get_current_pid_tgid()."""
-    e.call(CLOCKS[clock])
-    e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
+    holds bpf_get_current_pid_tgid(); `clock` None: no timestamp here (a record built in
+    scratch is stamped when it is reserved in the ring, `emit_stamped_output`)."""
+    if clock is not None:
+        e.call(CLOCKS[clock])
+        e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
     ip = ldx(8, Reg.R0, CTX, regs.offset(regs.instruction_pointer))
     if is_return:
         e.emit(mov64_reg(Reg.R1, CTX))
@@ -244,6 +246,42 @@ def emit_claim_scratch(e: Emitter, scratch_fd: int, claim_offset: int, none_free
     e.label(claimed)
 
 
+DYNPTR_SLOT = -80  # fp-80..fp-65: the ring-buffer dynptr of a record built in scratch
+STAMP_SIZE = Reg.R9  # callee-saved: the record's size across the helpers of the output
+
+
+def emit_stamped_output(e: Emitter, maps: SharedMaps, size: Reg, clock: str, done: str) -> None:
+    """Copy the record built at r7 (`size` bytes, bounded for the verifier) into the ring,
+    reading the clock only once its place is reserved, then go to `done` (a failed
+    reservation is counted lost).
+
+    Every record is stamped after its reservation, so a record reserved later than another
+    never carries an earlier time than the moment the other was reserved: what lets the
+    reader release events in exact time order (see ring_spool.py). `bpf_ringbuf_output`
+    reserves and copies in one call, too late to stamp; a dynptr reservation leaves room to."""
+    failed = e.fresh("unreserved")
+    if size != STAMP_SIZE:
+        e.emit(mov64_reg(STAMP_SIZE, size))
+    e.emit(ld_map_fd(Reg.R1, maps.ring), mov64_reg(Reg.R2, STAMP_SIZE), mov64_imm(Reg.R3, 0))
+    e.emit(mov64_reg(Reg.R4, Reg.FP), alu64_imm(Alu.ADD, Reg.R4, DYNPTR_SLOT))
+    e.call(Helper.RINGBUF_RESERVE_DYNPTR)
+    e.jump(Jmp.JNE, Reg.R0, 0, failed)
+    e.call(CLOCKS[clock])
+    e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
+    e.emit(mov64_reg(Reg.R1, Reg.FP), alu64_imm(Alu.ADD, Reg.R1, DYNPTR_SLOT), mov64_imm(Reg.R2, 0))
+    e.emit(mov64_reg(Reg.R3, RECORD), mov64_reg(Reg.R4, STAMP_SIZE), mov64_imm(Reg.R5, 0))
+    e.call(Helper.DYNPTR_WRITE)
+    e.emit(mov64_reg(Reg.R1, Reg.FP), alu64_imm(Alu.ADD, Reg.R1, DYNPTR_SLOT))
+    e.emit(mov64_imm(Reg.R2, BPF_RB_NO_WAKEUP))
+    e.call(Helper.RINGBUF_SUBMIT_DYNPTR)
+    e.goto(done)
+    e.label(failed)  # the verifier wants even a failed reservation's dynptr released
+    e.emit(mov64_reg(Reg.R1, Reg.FP), alu64_imm(Alu.ADD, Reg.R1, DYNPTR_SLOT), mov64_imm(Reg.R2, 0))
+    e.call(Helper.RINGBUF_DISCARD_DYNPTR)
+    emit_count(e, maps.counters)
+    e.goto(done)
+
+
 def emit_return_zero(e: Emitter) -> None:
     e.emit(mov64_imm(Reg.R0, 0), exit_insn())
 
@@ -305,7 +343,14 @@ def build_record_program(
         if action.scratch_fd is None or action.claim_offset < scratch.value_size:
             raise Unsupported("a program with strings needs a scratch map large enough")
         emit_claim_scratch(e, action.scratch_fd, action.claim_offset, "lost")
-    emit_header(e, regs, is_return=code.is_return, index=index, clock=clock, pid_tgid=pid_tgid)
+    emit_header(
+        e,
+        regs,
+        is_return=code.is_return,
+        index=index,
+        clock=clock if scratch is None else None,
+        pid_tgid=pid_tgid,
+    )
     for slot in layout.slots:
         if not slot.is_string:
             fc.store_number(slot)
@@ -329,13 +374,8 @@ def build_record_program(
         # size = fixed part + string bytes, bounded for the verifier
         e.emit(mov64_reg(Reg.R3, COPIED), alu64_imm(Alu.ADD, Reg.R3, layout.strings_offset))
         e.jump(Jmp.JGT, Reg.R3, scratch.record_area, "release")
-        e.emit(ld_map_fd(Reg.R1, maps.ring), mov64_reg(Reg.R2, RECORD))
-        e.emit(mov64_imm(Reg.R4, BPF_RB_NO_WAKEUP))
-        e.call(Helper.RINGBUF_OUTPUT)
-        e.jump(Jmp.JEQ, Reg.R0, 0, "release")
-        emit_count(e, maps.counters)
+        emit_stamped_output(e, maps, Reg.R3, clock, "release")
         if e.referenced("drop"):
-            e.goto("release")
             e.label("drop")
             emit_count(e, maps.counters, COUNTER_FILTERED)
         e.label("release")
