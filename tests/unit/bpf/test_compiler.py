@@ -218,3 +218,20 @@ def test_register_tables() -> None:
     assert pt_regs_for("aarch64") is ARM64_PT_REGS
     with pytest.raises(BpfError):
         pt_regs_for("riscv64")
+
+
+def test_the_traced_process_passes_the_pid_filter_on_a_comparison() -> None:
+    code = ProbeCode.of(args("a=%di:u32"), False, 0x1000)
+    image = build_record_program(
+        code,
+        RecordAction(SharedMaps(ring=3, counters=4, pids=6, known_pids=(4321,))),
+        X86_64_PT_REGS,
+        name="t",
+    )
+    slots = instructions(image.instructions)
+    compared = next(i for i, (op, dst, _, _, imm) in enumerate(slots) if op == 0x15 and imm == 4321)
+    lookup = next(
+        i for i, (op, _, src, _, imm) in enumerate(slots) if op == CALL and imm == 1 and src == 0
+    )
+    assert compared < lookup  # JEQ r0, 4321 jumps over the map's lookup
+    assert compared + slots[compared][3] + 1 > lookup

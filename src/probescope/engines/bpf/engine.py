@@ -22,7 +22,7 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
 from probescope.engines.bpf import syscall
@@ -190,13 +190,17 @@ class BpfEngine:
         try:
             maps = self._create_maps(plan, bool(tracepoints), target)
             self._start_stream()
-            self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
-            loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
             if target.command:
                 self._command = GatedCommand(target.command)
                 self._pids = (self._command.start(),)
             else:
                 self._pids = tuple(target.pids)
+            if maps.pids is not None and len(self._pids) == 1:
+                # the one traced process passes on a comparison, its children by the map; its
+                # pid cannot be reused by another before the session, ending with it, detaches
+                maps = replace(maps, known_pids=self._pids)
+            self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
+            loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
             # the session's own tracepoint programs run before the exit tracker (programs of
             # one tracepoint run in attach order), so a traced process's last events pass
             for program_fd, event_id, label in loaded_tracepoints:

@@ -67,6 +67,7 @@ class SharedMaps:
     ring: int
     counters: int  # per-CPU array: [0] records lost because the ring was full
     pids: int | None = None  # hash u32 tgid -> u8: only these processes (None: all)
+    known_pids: tuple[int, ...] = ()  # tgids compared before the map is looked up
 
 
 @dataclass(frozen=True)
@@ -143,18 +144,34 @@ class ProgramImage:
 # -- building blocks -----------------------------------------------------------------------------
 
 
-def emit_pid_filter(e: Emitter, pids_fd: int, drop: str, keep: Reg | None = None) -> None:
+MAX_KNOWN_PIDS = 8
+"""Traced processes named by a comparison each in the program; more go by the map alone."""
+
+
+def emit_pid_filter(
+    e: Emitter,
+    pids_fd: int,
+    drop: str,
+    keep: Reg | None = None,
+    known: tuple[int, ...] = (),
+) -> None:
     """Go to `drop` unless the current process (tgid) is in the pid map; `keep` is given the
-    pid_tgid word (callee-saved register) for the header."""
+    pid_tgid word (callee-saved register) for the header. The `known` tgids (the command, the
+    -p processes) pass on a comparison: only their children pay for the map's lookup."""
+    passed = e.fresh("traced")
     e.call(Helper.GET_CURRENT_PID_TGID)
     if keep is not None:
         e.emit(mov64_reg(keep, Reg.R0))
-    e.emit(alu64_imm(Alu.RSH, Reg.R0, 32), stx(4, Reg.FP, KEY_SLOT, Reg.R0))
+    e.emit(alu64_imm(Alu.RSH, Reg.R0, 32))
+    for pid in known[:MAX_KNOWN_PIDS]:
+        e.jump(Jmp.JEQ, Reg.R0, pid, passed)
+    e.emit(stx(4, Reg.FP, KEY_SLOT, Reg.R0))
     e.emit(
         ld_map_fd(Reg.R1, pids_fd), mov64_reg(Reg.R2, Reg.FP), alu64_imm(Alu.ADD, Reg.R2, KEY_SLOT)
     )
     e.call(Helper.MAP_LOOKUP_ELEM)
     e.jump(Jmp.JEQ, Reg.R0, 0, drop)
+    e.label(passed)
 
 
 CLOCKS = {"mono": Helper.KTIME_GET_NS, "boot": Helper.KTIME_GET_BOOT_NS}
@@ -329,7 +346,7 @@ def build_record_program(
     pid_tgid = None
     if maps.pids is not None:
         pid_tgid = Reg.R8  # free until the strings, which come after the header
-        emit_pid_filter(e, maps.pids, "exit", keep=pid_tgid)
+        emit_pid_filter(e, maps.pids, "exit", keep=pid_tgid, known=maps.known_pids)
     fc = FetchCompiler(
         e, regs, is_return=code.is_return, probe_offset=code.probe_offset, sleepable=sleepable
     )

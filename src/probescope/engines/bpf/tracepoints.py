@@ -92,7 +92,7 @@ def build_tracepoint_program(
     e = Emitter()
     e.emit(mov64_reg(CTX, Reg.R1))
     if maps.pids is not None:
-        emit_pid_filter(e, maps.pids, "exit")
+        emit_pid_filter(e, maps.pids, "exit", known=maps.known_pids)
     emit_claim_scratch(e, scratch_fd, claim_offset, "lost")
     _emit_tracepoint_header(e, index)
     # the record's length: its fixed part, or past the end of its last dynamic field
