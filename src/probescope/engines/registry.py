@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from probescope.engines.base import Availability, Engine, EngineOptions
 from probescope.errors import EngineUnavailable
-from probescope.language.model import ProbeKind
+from probescope.language.model import ProbeKind, ProbeSpec
 from probescope.language.resolved import ResolvedProbe
 from probescope.system.kernel import RunningKernel
 
@@ -20,6 +20,7 @@ class EngineEntry:
     factory: str
     kinds: frozenset[ProbeKind]
     summary: str
+    filters_uprobes: bool = False  # applies a uprobe's `if` filter (ProbeSpec.filter)
 
     def load(self) -> Callable[..., Engine]:
         """The engine's factory: `factory(options=EngineOptions(), kernel=RunningKernel)`."""
@@ -34,6 +35,7 @@ ENGINES: tuple[EngineEntry, ...] = (
         "BpfEngine",
         frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT}),
         "probes compiled to BPF in Python: in-kernel filters, fast attach, nothing left behind",
+        filters_uprobes=True,
     ),
     EngineEntry(
         "tracefs",
@@ -101,6 +103,7 @@ def create_engine(
         name = "fentry"  # `f:./prog:GLOB`: the user-space function tracer is fentry's
     kernel = kernel or RunningKernel.read()
     options = options or EngineOptions()
+    filtered = _filtered_uprobe(probes)
     if name != "auto":
         entry = BY_NAME[name]
         unsupported = kinds - entry.kinds
@@ -108,6 +111,11 @@ def create_engine(
             raise EngineUnavailable(
                 f"the {name} engine cannot run {', '.join(sorted(unsupported))} probes",
                 hint="choose another --engine",
+            )
+        if filtered and not entry.filters_uprobes:
+            raise EngineUnavailable(
+                f"the {name} engine does not filter uprobes ({filtered})",
+                hint="--engine bpf evaluates a uprobe's `if` in the kernel",
             )
         engine = entry.load()(options=options, kernel=kernel)
         state = engine.available()
@@ -128,6 +136,9 @@ def create_engine(
                 f"{entry.name}: does not handle {', '.join(sorted(kinds - entry.kinds))}"
             )
             continue
+        if filtered and not entry.filters_uprobes:
+            reasons.append(f"{entry.name}: does not filter uprobes ({filtered})")
+            continue
         try:
             engine = entry.load()(options=options, kernel=kernel)
         except ImportError as error:
@@ -144,6 +155,15 @@ def create_engine(
         "no engine can run these probes here: " + "; ".join(reasons),
         hint="`probescope engines` explains what each engine needs",
     )
+
+
+def _filtered_uprobe(probes: Sequence[ResolvedProbe]) -> str | None:
+    """The first user-space probe with an `if` filter, named for a message (None: none)."""
+    for probe in probes:
+        spec = probe.spec
+        if isinstance(spec, ProbeSpec) and spec.filter and probe.kind.is_user:
+            return f"{probe.label}: if {spec.filter}"
+    return None
 
 
 def _unsupported(

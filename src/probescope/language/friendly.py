@@ -1,4 +1,4 @@
-"""The friendly form: `[p|r][:GRP/EV] TARGET:SYMBOL[+OFF][%return] [ARGS]`.
+"""The friendly form: `[p|r][:GRP/EV] TARGET:SYMBOL[+OFF][%return] [ARGS] [if FILTER]`.
 
 A friendly probe names a function instead of a file offset and may use `argN` (the ABI's Nth
 integer argument) and `retval` in its arguments. The function may be named as C++ and Rust
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import Arch
 from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetchargs
+from probescope.language.filter_grammar import split_filter_tail
 from probescope.language.kernel_features import KernelGrammar
 from probescope.language.kernel_numbers import kstrtoul
 from probescope.language.kinds import BY_ALIAS
@@ -42,6 +43,7 @@ class FriendlyProbe:
     source: str
     target_column: int
     symbol_column: int
+    filter: str | None = None  # the `if EXPR` tail (the kernel's filter grammar), as typed
 
     @property
     def is_return(self) -> bool:
@@ -81,6 +83,7 @@ def parse_friendly(
     without it they are raised.
     """
     location, args = _whole_location(text, location, location_column, args)
+    args, filter_text = split_filter_tail(text, args)
     split = split_target(location)
     if split is None:
         raise SpecError(
@@ -164,6 +167,7 @@ def parse_friendly(
         source=text,
         target_column=location_column,
         symbol_column=place_column,
+        filter=filter_text,
     )
 
 

@@ -314,6 +314,14 @@ def _parse_uprobe(text: str, words: Words, arch: Arch, grammar: KernelGrammar) -
     if event_text is not None:
         group, event = _parse_event_name(event_text, head_column + 2, text)
     flags = ParseFlags(user=True, is_return=is_return, grammar=grammar)
+    for column, word in words[2:]:
+        if word == "if":  # what the kernel refuses as a fetch argument; say what was meant
+            raise SpecError(
+                "a uprobe_events definition takes no filter",
+                spec=text,
+                column=column,
+                hint="filter in the friendly form (TARGET:SYMBOL ARGS if EXPR) or with --filter",
+            )
     args = _parse_args(text, words[2:], flags, arch)
     return ProbeSpec(
         kind=ProbeKind.URETPROBE if is_return else ProbeKind.UPROBE,

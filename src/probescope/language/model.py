@@ -357,7 +357,8 @@ class ProbeSpec:
     event: str | None = None
     args: tuple[FetchArg, ...] = ()
     maxactive: int | None = None
-    filter: str | None = None
+    filter: str | None = None  # `if EXPR`: in the line of an event probe; for a uprobe, the
+    # engine's to apply (uprobe_events takes none: the tracefs `filter` file, a BPF program)
     source: str | None = field(default=None, compare=False)
 
     @property
@@ -394,7 +395,7 @@ class ProbeSpec:
     def _line(self) -> str:
         parts = [f"{self.prefix}:{self.group_name}/{self.event_name}", str(self.location)]
         parts.extend(str(a) for a in self.args)
-        if self.filter:
+        if self.filter and self.kind is ProbeKind.EPROBE:
             parts.append(f"if {self.filter}")
         return " ".join(parts)
 

@@ -1,4 +1,5 @@
-"""`usdt:TARGET:PROVIDER:NAME [ARGS]`: a statically defined user-space tracepoint (SDT note).
+"""`usdt:TARGET:PROVIDER:NAME [ARGS] [if FILTER]`: a statically defined user-space tracepoint
+(SDT note).
 
 ARGS pick and retype the probe's own arguments: `arg2`, `path=arg1:string`, `arg3:x64`;
 without ARGS every argument is fetched with the type its note gives.
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from probescope.errors import SpecError
 from probescope.language.fetch_types import parse_type
 from probescope.language.fetchargs import LATEST
+from probescope.language.filter_grammar import split_filter_tail
 from probescope.language.kernel_features import KernelGrammar
 from probescope.language.kernel_numbers import is_good_name
 from probescope.language.model import ProbeKind
@@ -33,6 +35,7 @@ class UsdtSpec:
     provider: str  # may be a glob
     name: str  # may be a glob
     args: tuple[UsdtArgChoice, ...] = ()
+    filter: str | None = None  # the `if EXPR` tail, over the arguments' names
     source: str | None = field(default=None, compare=False)
     target_column: int = 0
     probe_column: int = 0
@@ -59,7 +62,8 @@ def parse_usdt(
     target, provider, name = parts
     choices = []
     used: set[str] = set()
-    for arg_column, word in words[1:]:
+    arg_words, filter_text = split_filter_tail(text, words[1:])
+    for arg_column, word in arg_words:
         match = _ARG.match(word)
         if match is None or int(match.group("index")) == 0:
             raise SpecError(
@@ -94,6 +98,7 @@ def parse_usdt(
         provider=provider,
         name=name,
         args=tuple(choices),
+        filter=filter_text,
         source=text,
         target_column=column + prefix_len,
         probe_column=column + prefix_len + len(target) + 1,

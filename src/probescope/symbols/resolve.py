@@ -217,6 +217,7 @@ def _resolve_friendly(
             group=probe.group,
             event=event,
             args=args,
+            filter=probe.filter,
             source=text,
         )
         resolved.append(_resolved(spec, path, offset, function, None, table))
@@ -283,6 +284,7 @@ def _resolve_usdt(
                 location=UprobeLocation(path, site.pc_offset, site.semaphore_offset),
                 event=event,
                 args=args,
+                filter=spec.filter,
                 source=text,
             )
             stat = os.stat(path)

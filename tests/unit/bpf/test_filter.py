@@ -12,7 +12,8 @@ from probescope.engines.bpf.filter_compile import (
     glob_kind,
     plan_filter,
 )
-from probescope.engines.bpf.filter_grammar import (
+from probescope.errors import SpecError, SpecErrors
+from probescope.language.filter_grammar import (
     And,
     Not,
     Or,
@@ -20,7 +21,6 @@ from probescope.engines.bpf.filter_grammar import (
     parse_filter,
     parse_number,
 )
-from probescope.errors import SpecError, SpecErrors
 
 
 def test_precedence_and_parentheses() -> None:

@@ -22,15 +22,6 @@ from dataclasses import dataclass
 
 from probescope.engines.bpf.abi import Helper
 from probescope.engines.bpf.fetch import RECORD
-from probescope.engines.bpf.filter_grammar import (
-    And,
-    Expression,
-    Not,
-    Or,
-    Predicate,
-    fields_of,
-    parse_number,
-)
 from probescope.engines.bpf.insn import (
     Alu,
     Emitter,
@@ -47,6 +38,15 @@ from probescope.engines.bpf.insn import (
     stx,
 )
 from probescope.errors import SpecError, SpecErrors
+from probescope.language.filter_grammar import (
+    And,
+    Expression,
+    Not,
+    Or,
+    Predicate,
+    fields_of,
+    parse_number,
+)
 
 MAX_MIDDLE_PATTERN = 64
 """Longest `*text*` pattern compiled (its loop is checked once per position by the verifier)."""

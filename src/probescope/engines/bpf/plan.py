@@ -17,7 +17,6 @@ from probescope.engines.bpf.filter_compile import (
     filter_emitter,
     plan_filter,
 )
-from probescope.engines.bpf.filter_grammar import parse_filter
 from probescope.engines.bpf.program import ProbeCode
 from probescope.engines.bpf.record import (
     COMM_SIZE,
@@ -35,6 +34,7 @@ from probescope.engines.bpf.tracepoints import TRACEPOINT_SCRATCH_SIZE, Tracepoi
 from probescope.errors import BpfError, SpecError, SpecErrors
 from probescope.events import EventType
 from probescope.language.event_names import first_free
+from probescope.language.filter_grammar import parse_filter
 from probescope.language.model import ProbeSpec
 from probescope.language.resolved import ResolvedProbe
 from probescope.traceevent.format import EventFormat

@@ -1,5 +1,6 @@
 """The kernel's trace-event filter language (Documentation/trace/events.rst, "Event filtering";
-kernel/trace/trace_events_filter.c), parsed into a small tree the bpf engine compiles.
+kernel/trace/trace_events_filter.c), parsed into a small tree engines evaluate (the bpf engine
+compiles it into its programs): a probe's `if EXPR` tail and `--filter`.
 
     expression := or
     or         := and ('||' and)*
@@ -81,6 +82,29 @@ def parse_filter(text: str, *, spec: str | None = None, column: int = 0) -> Expr
             f"unexpected {token.text!r} in filter", spec=where, column=column + token.column
         )
     return tree
+
+
+def split_filter_tail(
+    text: str, words: list[tuple[int, str]]
+) -> tuple[list[tuple[int, str]], str | None]:
+    """A probe's words `ARGS [if EXPR]` (each with its column in `text`): the arguments, and
+    the filter's text — everything after the word `if`, checked here so that a syntax error
+    points into the spec as the user typed it."""
+    for number, (column, word) in enumerate(words):
+        if word != "if":
+            continue
+        if number + 1 == len(words):
+            raise SpecError(
+                "no filter expression after 'if'",
+                spec=text,
+                column=column,
+                hint="e.g. 'c:malloc size=arg1:u64 if size > 1024'",
+            )
+        start = words[number + 1][0]
+        expression = text[start:].rstrip()
+        parse_filter(expression, spec=text, column=start)
+        return words[:number], expression
+    return words, None
 
 
 def fields_of(tree: Expression) -> list[Predicate]:
