@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, real programs:
 # nginx, and Go for a register-ABI target).
-TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils nginx golang-go
+TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils nginx golang-go trace-cmd
 # The QEMU test guest (tests/vm); its tests skip with a reason when these cannot be installed.
 VM_PACKAGES := qemu-system-x86 busybox-static cpio
 # Peers the benchmarks measure probescope against.
@@ -71,6 +71,7 @@ bench: bench-deps venv
 	$(PY) bench/bench_ptrace.py
 	$(PY) bench/bench_static.py
 	$(PY) bench/bench_fentry.py
+	$(PY) bench/bench_record.py
 
 clean:
 	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

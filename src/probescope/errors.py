@@ -105,6 +105,11 @@ class RingBufferFormatError(ProbescopeError):
     """A ring-buffer page, record or format file that does not follow the kernel's layout."""
 
 
+class RecordingError(ProbescopeError):
+    """A recording (trace.dat) that cannot be read or written: not one, truncated, a version or
+    compression this reader does not know."""
+
+
 class PtraceError(ProbescopeError):
     """A ptrace operation on a tracee failed."""
 

@@ -29,6 +29,9 @@ from probescope.system.kernel import RunningKernel
 if TYPE_CHECKING:
     from probescope.traceevent.context import KernelContext
 
+if TYPE_CHECKING:
+    from probescope.record.recorder import RawRecorder
+
 _TYPE = operator.attrgetter("type")
 
 
@@ -344,6 +347,58 @@ class Session:
                                 sink.close()
                     finally:
                         self.close()
+        finally:
+            self.close()
+        return self.summary(reason)
+
+    def record_raw(self, recorder: RawRecorder, *, duration: float | None = None) -> Summary:
+        """Attach and copy the engine's raw sub-buffers into `recorder`, decoding nothing,
+        until the target ends, `duration` seconds pass, Ctrl-C, SIGTERM or SIGHUP; the ring
+        buffer is then emptied into it and, before the engine detaches, the recording is
+        finished with the instance's files. Needs an engine with raw sub-buffers (tracefs).
+        Teardown runs on every exit path; a recording cut short by an error is not written."""
+        reason = "end"
+        try:
+            with signals_end_session():
+                try:
+                    self.start()
+                    engine = self.engine
+                    stream = getattr(engine, "sub_buffers", None)
+                    if stream is None or engine is None:
+                        raise ProbescopeError(
+                            f"the {self.engine_name} engine has no raw sub-buffers to record"
+                        )
+                    deadline = None if duration is None else self._started + duration
+                    try:
+                        for item in stream():
+                            if item is None:
+                                recorder.poll()
+                                if deadline is not None and time.monotonic() >= deadline:
+                                    reason = "duration"
+                                    engine.end()  # type: ignore[attr-defined]
+                                    deadline = None
+                                continue
+                            recorder.write_sub_buffer(*item)
+                    except (KeyboardInterrupt, Terminated) as stop:
+                        reason = "interrupted" if isinstance(stop, KeyboardInterrupt) else (
+                            stop.message
+                        )
+                        with signals_deferred():
+                            engine.end()  # type: ignore[attr-defined]
+                            for item in stream():
+                                if item is not None:
+                                    recorder.write_sub_buffer(*item)
+                    with signals_deferred():
+                        types = engine.event_types()  # type: ignore[attr-defined]
+                        recorder.finish(
+                            engine.instance_files(),  # type: ignore[attr-defined]
+                            types,
+                            [t.format for t in types.values() if t.format is not None],
+                            lost=engine.stats().lost,
+                        )
+                finally:
+                    recorder.close()
+                    self.close()
         finally:
             self.close()
         return self.summary(reason)

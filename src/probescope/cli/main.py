@@ -18,6 +18,8 @@ from probescope.errors import ProbescopeError
 # name -> (module under probescope.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("trace", "trace probes and print their events"),
+    "record": ("record", "trace probes into a trace.dat file (trace-cmd's format)"),
+    "report": ("report", "print a recording as text, JSON lines, Perfetto or Parquet"),
     "resolve": ("resolve", "print the kernel definitions probe specs resolve to"),
     "symbols": ("symbols", "list function symbols of a binary with their file offsets"),
     "list": ("list", "list tracepoints, kernel functions or USDT probes that can be traced"),

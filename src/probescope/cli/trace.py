@@ -12,12 +12,13 @@ from typing import IO, Any
 from probescope.engines.base import EngineOptions
 from probescope.engines.registry import ENGINE_CHOICES
 from probescope.session import Session, Summary
-from probescope.sinks.base import open_sink, output_formats
+from probescope.sinks.base import open_sink, output_format, output_formats
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, *, outputs: bool = True) -> None:
+    """`trace`'s arguments; without `outputs`, those of the session alone (no -o, -f)."""
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
     target = parser.add_mutually_exclusive_group()
     target.add_argument(
@@ -39,10 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-d", "--duration", type=float, metavar="SECONDS", help="stop after this")
     parser.add_argument("-n", "--count", type=int, metavar="COUNT", help="stop after COUNT events")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
-    parser.add_argument(
-        "-f", "--format", default="text", choices=output_formats(), help="event output format"
-    )
+    if outputs:
+        parser.add_argument("-o", "--output", metavar="FILE", help="write events to FILE")
+        parser.add_argument(
+            "-f", "--format", default="text", choices=output_formats(), help="event output format"
+        )
     parser.add_argument("--engine", default="auto", choices=ENGINE_CHOICES)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the definitions that would be written"
@@ -105,14 +107,33 @@ def run(args: argparse.Namespace) -> int:
         for note in session.notes:
             print(f"note: {note}", file=sys.stderr)
     with contextlib.ExitStack() as stack:
-        stream: IO[Any] = sys.stdout
+        binary = output_format(args.format).binary
+        stream: IO[Any] = sys.stdout.buffer if binary else sys.stdout
         if args.output:
-            stream = stack.enter_context(open(args.output, "w"))
-        sink = open_sink(args.format, stream, context=session.kernel_context())
+            stream = stack.enter_context(open(args.output, "wb" if binary else "w"))
+        sink = open_sink(
+            args.format, stream, context=session.kernel_context(), **sink_options(args, session)
+        )
         summary = session.run([sink], duration=args.duration, count=args.count)
     if not args.quiet:
         print_summary(summary, sys.stderr)
     return summary.exit_status()
+
+
+def sink_options(args: argparse.Namespace, session: Session) -> dict[str, Any]:
+    """What the chosen output takes from the session beyond its KernelContext: a Perfetto
+    trace, which entry probes a return probe ends (they become slices)."""
+    if args.format != "perfetto":
+        return {}
+    from probescope.language.model import ProbeSpec
+    from probescope.sinks.perfetto import entry_events_with_returns
+
+    places = [
+        (probe.spec.event_name, probe.kind, probe.path, probe.offset)
+        for probe in session.probes
+        if isinstance(probe.spec, ProbeSpec)
+    ]
+    return {"slices": entry_events_with_returns((), places)}
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:

@@ -53,6 +53,8 @@ class OutputFormat:
 _BUILTIN: dict[str, tuple[str, str]] = {
     "text": ("probescope.sinks.text", "TEXT_FORMAT"),
     "jsonl": ("probescope.sinks.jsonl", "JSONL_FORMAT"),
+    "perfetto": ("probescope.sinks.perfetto", "PERFETTO_FORMAT"),
+    "parquet": ("probescope.sinks.parquet", "PARQUET_FORMAT"),
 }
 _REGISTERED: dict[str, OutputFormat] = {}
 

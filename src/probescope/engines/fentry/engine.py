@@ -8,15 +8,14 @@ their reasons (FallbackEngine runs them through another engine instead).
 
 from __future__ import annotations
 
-import atexit
 import operator
 import platform
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
+from probescope.engines.exit_detach import detach_at_exit
 from probescope.engines.fentry import safety
 from probescope.engines.fentry.catalog import Catalog, build_catalog, function_event_type
 from probescope.engines.fentry.clock import TscClock, tsc_problem
@@ -134,7 +133,7 @@ class FentryEngine:
         tracer.notes.extend(catalog.notes)
         tracer.notes.extend(safety.machine_notes())
         self._tracer = tracer
-        _register_atexit(self)
+        detach_at_exit(self)
         try:
             if target.command is not None:
                 self._pids.append(tracer.spawn(target.command, on_spawn))
@@ -275,23 +274,3 @@ _type = operator.attrgetter("type")
 
 def ring_size_kb(records: int) -> int:
     return ring_bytes(records) // 1024
-
-
-_live: weakref.WeakSet[FentryEngine] = weakref.WeakSet()
-_atexit_registered = False
-
-
-def _register_atexit(engine: FentryEngine) -> None:
-    global _atexit_registered
-    _live.add(engine)
-    if not _atexit_registered:
-        atexit.register(_detach_all)
-        _atexit_registered = True
-
-
-def _detach_all() -> None:
-    for engine in list(_live):
-        try:
-            engine.detach()
-        except Exception:  # best effort at interpreter exit
-            pass

@@ -8,13 +8,12 @@ from another thread it asks the loop, which looks at least every 100 ms, and wai
 
 from __future__ import annotations
 
-import atexit
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
+from probescope.engines.exit_detach import detach_at_exit
 from probescope.engines.ptrace import availability
 from probescope.engines.ptrace.handlers import HitContext
 from probescope.engines.ptrace.sites import build_sites
@@ -128,7 +127,7 @@ class PtraceEngine:
         tracer = Tracer(self._sites, self._options)
         self._tracer = tracer
         self._owner = threading.get_ident()
-        _register_atexit(self)
+        detach_at_exit(self)
         try:
             if target.command is not None:
                 self._pids.append(tracer.spawn(target.command))
@@ -221,26 +220,6 @@ class PtraceEngine:
         if self._tracer is None:
             raise PtraceError("attach() first")
         return self._tracer
-
-
-_live: weakref.WeakSet[PtraceEngine] = weakref.WeakSet()
-_atexit_registered = False
-
-
-def _register_atexit(engine: PtraceEngine) -> None:
-    global _atexit_registered
-    _live.add(engine)
-    if not _atexit_registered:
-        atexit.register(_detach_all)
-        _atexit_registered = True
-
-
-def _detach_all() -> None:
-    for engine in list(_live):
-        try:
-            engine.detach()
-        except Exception:  # best effort at interpreter exit
-            pass
 
 
 __all__ = ["HitContext", "PtraceEngine"]

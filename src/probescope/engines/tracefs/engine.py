@@ -25,6 +25,7 @@ from probescope.engines.tracefs.dynamic_events import DynamicEvents, EventName
 from probescope.engines.tracefs.event_formats import session_decoder
 from probescope.engines.tracefs.function_tracer import start_function_tracer
 from probescope.engines.tracefs.instance import Instance
+from probescope.engines.tracefs.instance_files import InstanceFiles, read_instance_files
 from probescope.engines.tracefs.ownership import Owner
 from probescope.engines.tracefs.profiles import read_profiles
 from probescope.engines.tracefs.reaper import find_leftovers, reap
@@ -90,6 +91,7 @@ class TracefsEngine:
         self._page_lost = 0
         self._ring_lost = 0
         self._detached = False
+        self._end_requested = False
         self.group: str | None = None
         self.definitions: list[str] = []
 
@@ -249,14 +251,39 @@ class TracefsEngine:
             return not any(_running(pid) for pid in self._pids)
         return False
 
-    def events(self) -> Iterator[Event | EventBatch]:
-        reader, decoder = self._reader, self._decoder
-        if reader is None or decoder is None:
+    def _rounds(self) -> Iterator[tuple[list[tuple[int, bytes | None]], bool]]:
+        """Each drain round of the recorder's spool: (cpu, sub-buffer or None when the reader
+        caught up with that CPU) items, and whether it is the last round."""
+        reader = self._reader
+        if reader is None or self._decoder is None:
             raise ProbescopeError("the tracefs engine is not attached")
         ending = False
-        merge = LiveMerge(reader.cpus)
         while not self._detached:
             items = list(reader.drain())
+            done = ending and reader.finished
+            yield items, done
+            if done:
+                return
+            if reader.more:
+                continue
+            if ending:
+                reader.wait(0.005)
+                continue
+            if self._end_requested or self._target_ended():
+                # The recorder copies what the last moments left in the ring buffer (it stops
+                # when the buffer itself says it holds no more entries: a read can come back
+                # empty while the kernel swaps its reader page); the spool is then read out.
+                reader.finish()
+                ending = True
+                continue
+            reader.wait()
+
+    def events(self) -> Iterator[Event | EventBatch]:
+        decoder = self._decoder
+        if self._reader is None or decoder is None:
+            raise ProbescopeError("the tracefs engine is not attached")
+        merge = LiveMerge(self._reader.cpus)
+        for items, done in self._rounds():
             if items and self._tasks is not None:
                 self._tasks.refresh()
             for cpu, data in items:
@@ -270,23 +297,36 @@ class TracefsEngine:
                 if self._tasks is not None:
                     self._tasks.name_new_tasks(batch)
                 merge.add(batch)
-            done = ending and reader.finished
             yield merge.flush() if done else merge.ready()
-            if done:
-                return
-            if reader.more:
-                continue
-            if ending:
-                reader.wait(0.005)
-                continue
-            if self._target_ended():
-                # The recorder copies what the last moments left in the ring buffer (it stops
-                # when the buffer itself says it holds no more entries: a read can come back
-                # empty while the kernel swaps its reader page); the spool is then read out.
-                reader.finish()
-                ending = True
-                continue
-            reader.wait()
+
+    def end(self) -> None:
+        """End the stream as when the target ends: what is still in the ring buffer is copied
+        and read out, then events() or sub_buffers() stop (a recording stopped by Ctrl-C or
+        its duration keeps its last events)."""
+        self._end_requested = True
+
+    def sub_buffers(self) -> Iterator[tuple[int, bytes] | None]:
+        """The raw sub-buffers as the recorder copied them, as (cpu, bytes), for consumers that
+        read records themselves (a recording, an aggregation); None after each round (at
+        least every ~100 ms, so the consumer can stop on time). Ends like events()."""
+        for items, _ in self._rounds():
+            for cpu, data in items:
+                if data is not None:
+                    yield cpu, data
+            yield None
+
+    def event_types(self) -> dict[int, EventType]:
+        """The EventType of every event this session decodes, by event id."""
+        return dict(self._decoder.event_types) if self._decoder is not None else {}
+
+    def instance_files(self) -> InstanceFiles:
+        """The instance's self-descriptions, task names and counters as the kernel wrote them,
+        with the formats of every event this session decodes: what a recording carries. Read
+        before detach (which removes the instance)."""
+        instance = self._installed.instance
+        if instance is None or self._decoder is None:
+            raise ProbescopeError("the tracefs engine is not attached")
+        return read_instance_files(instance, self._decoder.formats)
 
     def event_formats(self) -> tuple[EventFormat, ...]:
         """The `format` files of the events this session decodes (its probes, tracepoints and

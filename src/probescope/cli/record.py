@@ -1,0 +1,136 @@
+"""`probescope record SPEC... -o FILE`: trace like `trace`, into a trace.dat that `probescope
+report`, `trace-cmd report` and KernelShark read.
+
+With the tracefs engine (what `auto` picks for recording when it can run the probes) the
+kernel's sub-buffers are written as they come, decoded by nobody, so the recorder keeps up at
+the kernel's full rate like `trace-cmd record`; `-n COUNT` needs events counted, so it decodes.
+Other engines record their events through synthesized formats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from rich.console import Console
+
+from probescope.cli import trace
+from probescope.engines.registry import BY_NAME, availability
+from probescope.engines.tracefs.instance_files import read_kallsyms_text
+from probescope.record.facts import RecordingFacts
+from probescope.record.processes import ProcessWatcher
+from probescope.record.recorder import (
+    KINDS_WITH_KALLSYMS,
+    EventRecorder,
+    RawRecorder,
+    probe_facts,
+)
+from probescope.session import Session, Summary
+from probescope.system.kernel import RunningKernel
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    trace.add_arguments(parser, outputs=False)
+    parser.add_argument(
+        "-o", "--output", default="trace.dat", metavar="FILE", help="the file (trace.dat)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    kernel = RunningKernel.read()
+    if args.dry_run:
+        return trace.run(args)
+    engine = args.engine
+    session = Session(
+        args.specs,
+        engine=engine,
+        pids=args.pid,
+        existing_children=args.children,
+        command=shlex.split(args.command) if args.command else None,
+        options=trace.engine_options(args),
+        kernel=kernel,
+    )
+    if engine == "auto":
+        session.engine_name = recording_engine(session, kernel)
+    if not args.quiet:
+        for note in session.notes:
+            print(f"note: {note}", file=sys.stderr)
+    context = session.kernel_context()
+    kinds = {probe.kind for probe in session.probes}
+    kallsyms = read_kallsyms_text() if kinds & KINDS_WITH_KALLSYMS else b""
+    session.start()
+    try:
+        assert session.engine is not None
+        facts = RecordingFacts(engine=session.engine.name, probes=probe_facts(session.probes))
+        watcher = None
+        pids = tuple(getattr(session.engine, "pids", ()) or session.target.pids)
+        if pids:
+            watcher = ProcessWatcher(
+                pids, follow_children=session.target.follow_children, clock=args.clock
+            )
+            watcher.sample()
+    except BaseException:
+        session.close()
+        raise
+    raw = session.engine.name == "tracefs" and args.count is None
+    if raw:
+        recorder = RawRecorder(
+            args.output,
+            facts=facts,
+            context=context,
+            watcher=watcher,
+            kallsyms=kallsyms,
+            user_stacks=args.stack,
+        )
+        summary = session.record_raw(recorder, duration=args.duration)
+        size, detail = recorder.size, f"{recorder.sub_buffers} sub-buffers, undecoded"
+    else:
+        sink = EventRecorder(
+            args.output,
+            facts=facts,
+            context=context,
+            watcher=watcher,
+            kallsyms=kallsyms,
+            clock=args.clock,
+        )
+        summary = session.run([sink], duration=args.duration, count=args.count)
+        size, detail = sink.size, f"{sink.events} events"
+    if not args.quiet:
+        print_recorded(summary, args.output, size, detail, raw)
+    return summary.exit_status()
+
+
+def recording_engine(session: Session, kernel: RunningKernel) -> str:
+    """The engine `auto` records with: tracefs when it runs here and takes every probe (its
+    sub-buffers are written undecoded), else what `auto` picks for tracing."""
+    entry = BY_NAME["tracefs"]
+    kinds = {probe.kind for probe in session.probes}
+    if kinds <= entry.kinds and availability(entry, kernel).ok:
+        return "tracefs"
+    return "auto"
+
+
+def print_recorded(summary: Summary, output: str, size: int, detail: str, raw: bool) -> None:
+    """`trace`'s summary (for an undecoded recording: the kernel's hit counts, no event
+    count), then what was written."""
+    console = Console(file=sys.stderr, soft_wrap=True, highlight=False)
+    if not raw:
+        trace.print_summary(summary, sys.stderr)
+    else:
+        console.print(
+            f"probescope: recorded for {summary.duration:.2f}s ({summary.engine} engine, "
+            f"{summary.reason}); lost {summary.lost}"
+        )
+        stats = summary.stats
+        if stats is not None:
+            for name, hits in sorted(stats.hits.items()):
+                console.print(f"  {name}: {hits} {stats.hits_title or 'hits'}")
+            for note in stats.notes:
+                console.print(f"note: {note}")
+        if summary.command_status is not None:
+            console.print(f"command exited with status {summary.command_status}")
+    if size:
+        console.print(f"recorded {output}: {size} bytes ({detail})")
+    else:
+        console.print(f"nothing recorded: {output} was not written")

@@ -1,0 +1,272 @@
+"""`probescope record` and `probescope report` on the live kernel, against trace-cmd.
+
+A recording of the tracefs engine is trace-cmd's file: `trace-cmd report` prints the same
+events (comm, pid, cpu, timestamp, name, arguments) as `probescope report`; every engine's
+recording reports what its live session prints; a file `trace-cmd extract` wrote from an
+instance filled here reports what trace-cmd reports; the Perfetto and Parquet outputs of a
+recording agree with its events. Nothing is left in tracefs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from support.tracefs import append, skip_reason, tracefs_root
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or ""),
+]
+TRACE_CMD = shutil.which("trace-cmd")
+needs_trace_cmd = pytest.mark.skipif(TRACE_CMD is None, reason="trace-cmd is not installed")
+
+OURS = re.compile(
+    r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+\[(?P<cpu>\d+)\] \S{5}\s+(?P<ts>\d+\.\d+): "
+    r"(?P<event>[^:]+): (?P<body>.*)$"
+)
+THEIRS = re.compile(
+    r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<ts>\d+\.\d+): "
+    r"(?P<event>[^:]+):\s+(?P<body>.*)$"
+)
+PROBE_HEAD = re.compile(
+    r"^\((?P<a>(?:0x)?[0-9a-f]+)(?: <- (?P<b>(?:0x)?[0-9a-f]+))?\)(?P<rest>.*)$"
+)
+
+
+def probescope(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "probescope", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=120,
+        errors="surrogateescape",
+    )
+
+
+def specs(loop: Path) -> list[str]:
+    return [
+        f"{loop}:func_2 a=arg1:s64 b=arg2:s32",
+        f"r:{loop}:func_2 ret=retval:s64",
+        f"{loop}:named n=+0(arg1):string",
+    ]
+
+
+def parsed(text: str, pattern: re.Pattern[str]) -> list[dict[str, str]]:
+    return [m.groupdict() for m in map(pattern.match, text.splitlines()) if m]
+
+
+def probe_key(line: dict[str, str], *, kernel_order: bool) -> tuple[str, ...]:
+    """(comm, tid, cpu, ts, event, probed address, arguments): trace-cmd prints a return's
+    `(func <- ret)` without 0x, the kernel's `trace` `(0xret <- 0xfunc)`."""
+    head = PROBE_HEAD.match(line["body"])
+    assert head, line
+    a, b = (x.removeprefix("0x") if x else x for x in (head["a"], head["b"]))
+    function = (b if kernel_order else a) if b else a
+    return (
+        line["comm"],
+        line["tid"],
+        line["cpu"],
+        line["ts"],
+        line["event"],
+        function or "",
+        head["rest"].strip(),
+    )
+
+
+@needs_trace_cmd
+def test_trace_cmd_reads_a_tracefs_recording_as_probescope_does(loop: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trace.dat"
+    probescope(
+        "record",
+        "-q",
+        "--engine",
+        "tracefs",
+        "-o",
+        str(out),
+        "-c",
+        f"{loop} 40",
+        *specs(loop),
+        "t:sched:sched_process_exit",
+    )
+    ours = probescope("report", "-q", str(out)).stdout
+    theirs = subprocess.run(
+        [TRACE_CMD, "report", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+        errors="surrogateescape",
+    ).stdout
+    our_lines, their_lines = parsed(ours, OURS), parsed(theirs, THEIRS)
+    assert len(our_lines) == len(their_lines) >= 120
+    probes = [row for row in our_lines if row["event"] != "sched_process_exit"]
+    assert Counter(row["event"] for row in probes) == {
+        "func_2": 40,
+        "func_2__return": 40,
+        "named": 40,
+    }
+    assert sorted(probe_key(row, kernel_order=True) for row in probes) == sorted(
+        probe_key(row, kernel_order=False)
+        for row in their_lines
+        if row["event"] != "sched_process_exit"
+    )
+
+    def exits(lines):
+        return sorted(
+            (row["tid"], row["ts"], row["body"].split())
+            for row in lines
+            if row["event"] == "sched_process_exit"
+        )
+
+    assert exits(our_lines) == exits(their_lines) != []
+
+
+def normalized(text: str) -> list[tuple[str, ...]]:
+    """Lines without what differs between two runs: times, ids, addresses, CPUs, flags."""
+    rows = []
+    for line in parsed(text, OURS):
+        body = re.sub(r"0x[0-9a-f]+", "ADDR", line["body"])
+        rows.append((line["comm"], line["event"], body))
+    return rows
+
+
+@pytest.mark.parametrize("engine", ["tracefs", "ptrace", "bpf", "fentry"])
+def test_a_recording_reports_what_the_live_session_prints(
+    engine: str, loop: Path, tmp_path: Path
+) -> None:
+    available = probescope("engines", check=False).stdout
+    if (
+        not re.search(rf"^\s*{engine}\b.*\byes\b", available, re.MULTILINE | re.IGNORECASE)
+        and engine != "tracefs"
+    ):
+        pytest.skip(f"the {engine} engine cannot run here")
+    live = probescope("trace", "-q", "--engine", engine, "-c", f"{loop} 25", *specs(loop)).stdout
+    out = tmp_path / f"{engine}.dat"
+    probescope("record", "-q", "--engine", engine, "-o", str(out), "-c", f"{loop} 25", *specs(loop))
+    reported = probescope("report", "-q", str(out)).stdout
+    assert normalized(reported) == normalized(live)
+    assert len(normalized(reported)) == 75
+    jsonl = probescope("report", "-q", "-f", "jsonl", str(out)).stdout.splitlines()
+    assert Counter(json.loads(line)["event"] for line in jsonl) == {
+        "func_2": 25,
+        "func_2__return": 25,
+        "named": 25,
+    }
+    if TRACE_CMD is not None:
+        theirs = subprocess.run(
+            [TRACE_CMD, "report", str(out)],
+            capture_output=True,
+            text=True,
+            check=True,
+            errors="surrogateescape",
+        ).stdout
+        assert len(parsed(theirs, THEIRS)) == 75
+
+
+@needs_trace_cmd
+def test_a_file_trace_cmd_wrote_reports_as_trace_cmd_reports_it(loop: Path, tmp_path: Path) -> None:
+    root = tracefs_root()
+    assert root is not None
+    group = f"pstest_{os.getpid()}"
+    instance = f"pstest-{os.getpid()}"
+    definitions = probescope("resolve", *specs(loop)).stdout.split("\n")
+    lines = [re.sub(r"^([pr]):\S+/", rf"\1:{group}/", d) for d in definitions if d.strip()]
+    lines = [re.sub(r"^([pr]) ", rf"\1:{group}/PLACEHOLDER ", d) for d in lines]
+    names = ["func_2", "func_2__return", "named"]
+    lines = [line.replace("PLACEHOLDER", name) for line, name in zip(lines, names, strict=True)]
+    (root / "instances" / instance).mkdir()
+    try:
+        for line in lines:
+            append(root / "uprobe_events", line)
+        inst = root / "instances" / instance
+        (inst / "trace_clock").write_text("mono")
+        (inst / "events" / group / "enable").write_text("1")
+        (inst / "events/sched/sched_process_exec/enable").write_text("1")
+        subprocess.run([str(loop), "15"], check=True, capture_output=True)
+        (inst / "tracing_on").write_text("0")
+        out = tmp_path / "tc.dat"
+        subprocess.run(
+            [TRACE_CMD, "extract", "-B", instance, "-o", str(out)], check=True, capture_output=True
+        )
+    finally:
+        if (root / "instances" / instance).exists():
+            (root / "instances" / instance).rmdir()
+        for name in names:
+            with contextlib.suppress(OSError):
+                append(root / "uprobe_events", f"-:{group}/{name}")
+    theirs = subprocess.run(
+        [TRACE_CMD, "report", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+        errors="surrogateescape",
+    ).stdout
+    their_lines = parsed(re.sub(rf"^{instance}: ", "", theirs, flags=re.MULTILINE), THEIRS)
+    ours = probescope("report", "-q", str(out)).stdout
+    our_lines = parsed(ours, OURS)
+    mine = [row for row in our_lines if row["event"] in names]
+    assert len(mine) == 45
+    assert sorted(probe_key(row, kernel_order=True) for row in mine) == sorted(
+        probe_key(row, kernel_order=False) for row in their_lines if row["event"] in names
+    )
+
+    def execs(lines):
+        return sorted(
+            (row["ts"], row["body"].split())
+            for row in lines
+            if row["event"] == "sched_process_exec"
+        )
+
+    assert execs(our_lines) == execs(their_lines) != []
+
+
+def test_perfetto_and_parquet_agree_with_the_recording(loop: Path, tmp_path: Path) -> None:
+    pb2 = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    duckdb = pytest.importorskip("duckdb")
+    out = tmp_path / "trace.dat"
+    probescope("record", "-q", "-o", str(out), "-c", f"{loop} 30", *specs(loop))
+    events = [
+        json.loads(row)
+        for row in probescope("report", "-q", "-f", "jsonl", str(out)).stdout.splitlines()
+    ]
+    counts = Counter(e["event"] for e in events)
+    probescope("report", "-q", "-f", "perfetto", "-o", str(tmp_path / "t.pftrace"), str(out))
+    trace = pb2.Trace()
+    trace.ParseFromString((tmp_path / "t.pftrace").read_bytes())
+    tracked = [p for p in trace.packet if p.HasField("track_event")]
+    begins = [p.timestamp for p in tracked if p.track_event.type == pb2.TrackEvent.TYPE_SLICE_BEGIN]
+    ends = [p.timestamp for p in tracked if p.track_event.type == pb2.TrackEvent.TYPE_SLICE_END]
+    entries = [e["ts"] for e in events if e["event"] == "func_2"]
+    returns = [e["ts"] for e in events if e["event"] == "func_2__return"]
+    assert begins == entries and ends == returns and len(begins) == 30
+    assert [b - a for a, b in zip(begins, ends, strict=False)] == [
+        b - a for a, b in zip(entries, returns, strict=False)
+    ]
+    instants = [p for p in tracked if p.track_event.type == pb2.TrackEvent.TYPE_INSTANT]
+    assert {p.track_event.name for p in instants} == {"named"}
+    probescope("report", "-q", "-f", "parquet", "-o", str(tmp_path / "t.parquet"), str(out))
+    rows = duckdb.sql(
+        f"select event, count(*) from '{tmp_path / 't.parquet'}' group by event"
+    ).fetchall()
+    assert dict(rows) == dict(counts)
+    assert duckdb.sql(
+        f"select count(*) from '{tmp_path / 't.parquet'}' where args_named.n = 'alpha'"
+    ).fetchall() == [(10,)]
+
+
+def test_what_is_not_a_recording_is_refused_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "not.dat"
+    bad.write_text("hello\n")
+    result = probescope("report", str(bad), check=False)
+    assert result.returncode == 2
+    assert "not a trace.dat file" in result.stderr and "Traceback" not in result.stderr
