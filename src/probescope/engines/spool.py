@@ -173,11 +173,22 @@ class Recorder:
         self.check()
         return self.status is not None
 
+    def watch(self, fd: int, on: bool = True) -> None:
+        """Let `fd` end `wait()` too when it becomes readable (a traced process's pidfd: it
+        ended), or no more."""
+        if on:
+            self._poller.register(fd, select.POLLIN)
+        else:
+            with contextlib.suppress(KeyError):
+                self._poller.unregister(fd)
+
     def wait(self, timeout: float | None = None) -> None:
-        """Sleep until the child published something or `timeout` (default: interval)."""
+        """Sleep until the child published something, a watched file is readable, or
+        `timeout` (default: interval)."""
         timeout = self.interval if timeout is None else timeout
         with contextlib.suppress(InterruptedError):
-            if self._poller.poll(int(timeout * 1000)):
+            ready = self._poller.poll(int(timeout * 1000))
+            if any(fd == self._notify_r for fd, _ in ready):
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._notify_r, 4096)
         self.check()

@@ -93,7 +93,7 @@ class _Owned:
     links: list[int] = field(default_factory=list)
     perf_events: list[int] = field(default_factory=list)
     trackers: list[int] = field(default_factory=list)  # the fork/exit tracker's attachments
-    trackers_closing: threading.Thread | None = None
+    attachments_closing: threading.Thread | None = None  # closes every attachment at the end
     programs: list[int] = field(default_factory=list)
     maps: list[BpfMap] = field(default_factory=list)
     ring: RingBuffer | None = None
@@ -195,6 +195,8 @@ class BpfEngine:
                 self._pids = (self._command.start(),)
             else:
                 self._pids = tuple(target.pids)
+            assert self._owned.stream is not None
+            self._owned.stream.watch_target(self._pids)
             if maps.pids is not None and len(self._pids) == 1:
                 # the one traced process passes on a comparison, its children by the map; its
                 # pid cannot be reused by another before the session, ending with it, detaches
@@ -437,7 +439,7 @@ class BpfEngine:
             interval=self.interval,
             losses=self._new_losses,
             target_ended=self._target_ended,
-            on_target_end=self._release_trackers,
+            on_target_end=self._release_attachments,
         )
         self._owned.stream.start()
 
@@ -468,14 +470,15 @@ class BpfEngine:
 
     # -- teardown -------------------------------------------------------------------------
 
-    def _release_trackers(self) -> None:
-        """The target has ended: no child of it can be born any more. Detach the fork/exit
-        tracker now, its grace periods overlapping the last drain of the ring."""
+    def _release_attachments(self) -> None:
+        """The target has ended, and the session with it: detach every probe and the fork/exit
+        tracker now, their grace periods (~0.1 s) overlapping the last drain of the ring."""
         owned = self._owned
-        if owned.trackers and owned.trackers_closing is None:
-            fds = list(owned.trackers)
-            owned.trackers_closing = threading.Thread(target=_close_together, args=(fds,))
-            owned.trackers_closing.start()
+        if owned.attachments_closing is None:
+            fds = owned.links + owned.perf_events + owned.trackers
+            owned.links, owned.perf_events, owned.trackers = [], [], []
+            owned.attachments_closing = threading.Thread(target=_close_together, args=(fds,))
+            owned.attachments_closing.start()
 
     def stats(self) -> EngineStats:
         if self._command is not None and self._command.returncode is not None:
@@ -494,11 +497,11 @@ class BpfEngine:
         self.stats()
         self._detached = True
         owned = self._owned
-        if owned.trackers_closing is None:
+        if owned.attachments_closing is None:
             _close_together(owned.links + owned.perf_events + owned.trackers)
         else:
             _close_together(owned.links + owned.perf_events)
-            owned.trackers_closing.join()
+            owned.attachments_closing.join()
         owned.trackers.clear()
         if owned.stream is not None:
             owned.stream.close(self._stats)

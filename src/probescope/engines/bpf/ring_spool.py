@@ -185,8 +185,13 @@ class RingSpool:
             self._order.release(self._log_read * _LOG.size)
 
     def wait(self, timeout: float | None = None) -> None:
+        """Until the recorder spooled something, a watched file is readable, or `timeout`."""
         if self._recorder is not None:
             self._recorder.wait(timeout)
+
+    def watch(self, fd: int, on: bool = True) -> None:
+        if self._recorder is not None:
+            self._recorder.watch(fd, on)
 
     def finish(self) -> None:
         if self._recorder is not None:

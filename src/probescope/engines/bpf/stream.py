@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -50,9 +51,26 @@ class EventStream:
         self.ended_at: float | None = None  # when the target ended (monotonic)
         self.drained_at: float | None = None  # when the last event was released
         self.backlog_at_end = 0  # spool bytes ahead of the decoder when the target ended
+        self._pidfds: list[int] = []
 
     def start(self) -> None:
         self.spool.start()
+
+    def watch_target(self, pids: tuple[int, ...]) -> None:
+        """Wake up as soon as one of `pids` ends (a pidfd each), not an interval later."""
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue  # already gone, or not ours to watch: asked every interval anyway
+            self._pidfds.append(fd)
+            self.spool.watch(fd)
+
+    def _unwatch_target(self) -> None:
+        for fd in self._pidfds:
+            self.spool.watch(fd, False)
+            os.close(fd)
+        self._pidfds.clear()
 
     def events(self) -> Iterator[EventBatch]:
         spool, decoder, held = self.spool, self.decoder, self.held
@@ -79,6 +97,7 @@ class EventStream:
                 if self.target_ended():  # asked while behind too: the recorder ends sooner
                     self.ended_at = now
                     self.backlog_at_end = spool.backlog_bytes
+                    self._unwatch_target()
                     self.on_target_end()
                     spool.finish()
                     ending = True
@@ -111,6 +130,7 @@ class EventStream:
         """Stop the recorder, and note in `stats` what was recorded and not delivered (the
         session ended before the decoder caught up: -d, -n, Ctrl-C) and how far the decoder
         lagged behind the target's end."""
+        self._unwatch_target()
         self.spool.close()
         ring = self.spool.ring
         _, in_ring = ring.committed(ring.consumer_pos, ring.producer_pos, ring.size)
