@@ -137,9 +137,7 @@ def part_a(options: Options, work: Path) -> list[Row]:
 
     def tracefs() -> tuple[str, int]:
         command = " ".join(pinned([target, str(hits)], options.cpu))
-        done = run(
-            [*PROBESCOPE, "count", spec, "--engine", "tracefs", "-f", "json", "-c", command]
-        )
+        done = run([*PROBESCOPE, "count", spec, "--engine", "tracefs", "-f", "json", "-c", command])
         return done.stdout, _json_count(done.stdout)
 
     def bpf() -> tuple[str, int]:

@@ -160,10 +160,21 @@ def build(workdir: Path) -> tuple[Path, Path, Path]:
     (workdir / "main.c").write_text(PROGRAM)
     (workdir / "naive.c").write_text(NAIVE)
     gcc = ["gcc", "-O2", "-g"]
-    subprocess.run([*gcc, "-shared", "-fPIC", "-o", str(library), str(workdir / "lib.c")],
-                   check=True)
-    subprocess.run([*gcc, "-o", str(program), str(workdir / "main.c"), f"-L{workdir}",
-                    "-lbenchhit", f"-Wl,-rpath,{workdir}"], check=True)
+    subprocess.run(
+        [*gcc, "-shared", "-fPIC", "-o", str(library), str(workdir / "lib.c")], check=True
+    )
+    subprocess.run(
+        [
+            *gcc,
+            "-o",
+            str(program),
+            str(workdir / "main.c"),
+            f"-L{workdir}",
+            "-lbenchhit",
+            f"-Wl,-rpath,{workdir}",
+        ],
+        check=True,
+    )
     subprocess.run([*gcc, "-o", str(naive), str(workdir / "naive.c")], check=True)
     return library, program, naive
 
@@ -180,7 +191,8 @@ def file_offset(path: Path, name: str) -> int:
                     value = symbol["st_value"]
                     for seg in elf.iter_segments():
                         if seg["p_type"] == "PT_LOAD" and (
-                                seg["p_vaddr"] <= value < seg["p_vaddr"] + seg["p_filesz"]):
+                            seg["p_vaddr"] <= value < seg["p_vaddr"] + seg["p_filesz"]
+                        ):
                             return int(value - seg["p_vaddr"] + seg["p_offset"])
     raise LookupError(name)
 
@@ -188,7 +200,7 @@ def file_offset(path: Path, name: str) -> int:
 def first_instruction(path: Path, offset: int) -> str:
     import capstone  # type: ignore[import-untyped]
 
-    data = path.read_bytes()[offset:offset + 16]
+    data = path.read_bytes()[offset : offset + 16]
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     insn = next(md.disasm(data, 0))
     return f"{insn.mnemonic} {insn.op_str}".strip()
@@ -222,8 +234,13 @@ def probe(text: str) -> ResolvedProbe:
     return ResolvedProbe.from_uprobe_spec(spec)
 
 
-def engine_run(program: Path, probes: list[ResolvedProbe], engine_options: dict[str, object],
-               stops: list[float], hits: int) -> float:
+def engine_run(
+    program: Path,
+    probes: list[ResolvedProbe],
+    engine_options: dict[str, object],
+    stops: list[float],
+    hits: int,
+) -> float:
     engine = PtraceEngine(**engine_options)  # type: ignore[arg-type]
     started = time.perf_counter()
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -264,8 +281,10 @@ def tracefs_run(library: Path, offset: int, program: Path) -> Callable[[int], fl
 
     def run(hits: int) -> float:
         instance.mkdir()
-        append(root / "dynamic_events",
-               f"p:{group}/hit {library}:0x{offset:x} n=%di:s32 s=+0(%si):string\n")
+        append(
+            root / "dynamic_events",
+            f"p:{group}/hit {library}:0x{offset:x} n=%di:s32 s=+0(%si):string\n",
+        )
         try:
             (instance / "buffer_size_kb").write_text("8192")
             (instance / "events" / group / "enable").write_text("1")
@@ -304,7 +323,8 @@ def main() -> int:
         def engine(name: str, probes: list[ResolvedProbe], **options: object) -> None:
             stops[name] = []
             results[name] = measure.per_hit(
-                lambda n: engine_run(program, probes, options, stops[name], n))
+                lambda n: engine_run(program, probes, options, stops[name], n)
+            )
 
         engine("probescope ptrace: entry", [entry])
         engine("probescope ptrace: entry+return", [entry, ret])
@@ -312,22 +332,45 @@ def main() -> int:
         engine("probescope ptrace: entry, unpinned", [entry], pin_cpu=False)
         taskset = ["taskset", "-c", str(cpu)]
         if shutil.which("gdb"):
-            gdb = ["gdb", "-q", "-batch", "-nx", "-ex", "set breakpoint pending on",
-                   "-ex", 'dprintf hit,"%d %s\\n",n,s', "-ex", "run", "--args", str(program)]
+            gdb = [
+                "gdb",
+                "-q",
+                "-batch",
+                "-nx",
+                "-ex",
+                "set breakpoint pending on",
+                "-ex",
+                'dprintf hit,"%d %s\\n",n,s',
+                "-ex",
+                "run",
+                "--args",
+                str(program),
+            ]
             results["gdb dprintf"] = measure.per_hit(lambda n: timed([*gdb, str(n)]))
             results["gdb dprintf, pinned"] = measure.per_hit(
-                lambda n: timed([*taskset, *gdb, str(n)]))
+                lambda n: timed([*taskset, *gdb, str(n)])
+            )
         if shutil.which("ltrace"):
             ltrace = ["ltrace", "-e", "hit", "-o", os.devnull, str(program)]
             results["ltrace -e hit"] = measure.per_hit(lambda n: timed([*ltrace, str(n)]))
             results["ltrace -e hit, pinned"] = measure.per_hit(
-                lambda n: timed([*taskset, *ltrace, str(n)]))
-        naive_cmd = [str(naive), str(program), hex(main_offset), str(library), hex(offset),
-                     "--", str(program)]
+                lambda n: timed([*taskset, *ltrace, str(n)])
+            )
+        naive_cmd = [
+            str(naive),
+            str(program),
+            hex(main_offset),
+            str(library),
+            hex(offset),
+            "--",
+            str(program),
+        ]
         results["naive int3+single-step (C)"] = measure.per_hit(
-            lambda n: timed([*naive_cmd, str(n)]))
+            lambda n: timed([*naive_cmd, str(n)])
+        )
         results["naive int3+single-step (C), pinned"] = measure.per_hit(
-            lambda n: timed([*taskset, *naive_cmd, str(n)]))
+            lambda n: timed([*taskset, *naive_cmd, str(n)])
+        )
         kernel = tracefs_run(library, offset, program)
         if kernel is not None:
             results["kernel uprobe (tracefs)"] = measure.per_hit(kernel)
@@ -335,16 +378,20 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     reference = results["probescope ptrace: entry"]
-    print(f"cost per hit, {args.hits} hits, median of {args.runs} runs; probed instruction: "
-          f"`{probed}`; {os.cpu_count()} CPUs\n")
+    print(
+        f"cost per hit, {args.hits} hits, median of {args.runs} runs; probed instruction: "
+        f"`{probed}`; {os.cpu_count()} CPUs\n"
+    )
     print(f"{'tracer':42} {'µs/hit':>9} {'÷ probescope entry':>19} {'stops/hit':>10}")
     for name, cost in results.items():
         per_stop = statistics.median(stops[name]) if stops.get(name) else None
         stop_text = f"{per_stop:10.2f}" if per_stop is not None else f"{'':10}"
         print(f"{name:42} {cost * 1e6:9.2f} {cost / reference:18.2f}x {stop_text}")
     if "gdb dprintf" in results:
-        print(f"\nprobescope entry is {results['gdb dprintf'] / reference:.1f}x cheaper per hit "
-              f"than gdb dprintf (target: ≥ 5x)")
+        print(
+            f"\nprobescope entry is {results['gdb dprintf'] / reference:.1f}x cheaper per hit "
+            f"than gdb dprintf (target: ≥ 5x)"
+        )
     return 0
 
 

@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     Aggregator = EventAggregator | LatencyAggregator | RecordAggregator | KernelReader
 
 
-
 @dataclass
 class RunSummary:
     engine: str
@@ -159,9 +158,7 @@ class AggregationRun:
         (`engine` auto or bpf); else None, with the reason in the notes."""
         if engine not in ("auto", "bpf"):
             return None
-        planned = plan_request(
-            self.request, resolved, engine="bpf", arch=self.arch, in_kernel=True
-        )
+        planned = plan_request(self.request, resolved, engine="bpf", arch=self.arch, in_kernel=True)
         wanted = kernel_request(planned, intervals=self.interval is not None)
         reason = wanted if isinstance(wanted, str) else None
         if not isinstance(wanted, str):
@@ -404,7 +401,6 @@ class AggregationRun:
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None
-
 
 
 @contextlib.contextmanager

@@ -472,8 +472,8 @@ class Session:
                                 continue
                             recorder.write_sub_buffer(*item)
                     except (KeyboardInterrupt, Terminated) as stop:
-                        reason = "interrupted" if isinstance(stop, KeyboardInterrupt) else (
-                            stop.message
+                        reason = (
+                            "interrupted" if isinstance(stop, KeyboardInterrupt) else (stop.message)
                         )
                         with signals_deferred():
                             engine.end()  # type: ignore[attr-defined]

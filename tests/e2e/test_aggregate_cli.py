@@ -132,8 +132,15 @@ def test_ctrl_c_prints_the_last_values(workload: Path) -> None:
     import time
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "probescope", "count", f"{workload}:nap", "-c",
-         f"{workload} nap 100 50"],
+        [
+            sys.executable,
+            "-m",
+            "probescope",
+            "count",
+            f"{workload}:nap",
+            "-c",
+            f"{workload} nap 100 50",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

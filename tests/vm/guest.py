@@ -268,7 +268,12 @@ class GuestKernel:
     ) -> GuestPytestRun:
         """Run pytest in the guest against the project checkout; see guest_pytest.run_pytest."""
         return run_pytest(
-            self, args, cwd=cwd, python=python, timeout=timeout, env=env,
+            self,
+            args,
+            cwd=cwd,
+            python=python,
+            timeout=timeout,
+            env=env,
             disable_plugins=disable_plugins,
         )
 
@@ -300,9 +305,7 @@ class GuestKernel:
         self.accel, self.accel_note = accel, note
         return boot
 
-    def _boot_once(
-        self, kernel: KernelImage, initramfs: Path, accel: str, timeout: float
-    ) -> _Boot:
+    def _boot_once(self, kernel: KernelImage, initramfs: Path, accel: str, timeout: float) -> _Boot:
         scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         boot = _Boot(scratch)
         if len(os.fsencode(boot.doorbell)) >= _UNIX_PATH_MAX:
@@ -326,19 +329,34 @@ class GuestKernel:
     ) -> list[str]:
         argv = [
             QEMU,
-            "-accel", accel,
-            "-m", str(self.memory_mb),
-            "-smp", str(self.cpus),
-            "-nographic", "-nodefaults", "-no-user-config", "-no-reboot",
-            "-monitor", "none",
-            "-serial", f"file:{boot.console}",
-            "-chardev", f"socket,id=doorbell,path={boot.doorbell},server=on,wait=off",
-            "-serial", "chardev:doorbell",
-            "-kernel", str(kernel.vmlinuz),
-            "-initrd", str(initramfs),
-            "-append", "console=ttyS0 panic=-1 loglevel=5",
-            "-virtfs", _virtfs(Path("/"), "host", readonly=True),
-            "-virtfs", _virtfs(boot.share, "results"),
+            "-accel",
+            accel,
+            "-m",
+            str(self.memory_mb),
+            "-smp",
+            str(self.cpus),
+            "-nographic",
+            "-nodefaults",
+            "-no-user-config",
+            "-no-reboot",
+            "-monitor",
+            "none",
+            "-serial",
+            f"file:{boot.console}",
+            "-chardev",
+            f"socket,id=doorbell,path={boot.doorbell},server=on,wait=off",
+            "-serial",
+            "chardev:doorbell",
+            "-kernel",
+            str(kernel.vmlinuz),
+            "-initrd",
+            str(initramfs),
+            "-append",
+            "console=ttyS0 panic=-1 loglevel=5",
+            "-virtfs",
+            _virtfs(Path("/"), "host", readonly=True),
+            "-virtfs",
+            _virtfs(boot.share, "results"),
         ]
         if accel == "kvm":
             argv += ["-cpu", "host"]

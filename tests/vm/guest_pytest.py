@@ -76,10 +76,13 @@ def run_pytest(
     report = guest.shared_dir / f"junit-{guest.boots}-{_next_report()}.xml"
     argv = [
         python or sys.executable,
-        "-m", "pytest",
-        "-p", "no:cacheprovider",
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
         f"--junitxml={report}",
-        "-o", "junit_family=xunit2",
+        "-o",
+        "junit_family=xunit2",
         *(option for plugin in disable_plugins for option in ("-p", f"no:{plugin}")),
         *args,
     ]

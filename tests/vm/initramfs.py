@@ -131,7 +131,19 @@ class NewcArchive:
         if inode is None:
             inode, self._inode = self._inode, self._inode + 1
         fields = (
-            inode, mode, 0, 0, nlink, 0, len(data), 0, 0, rdev[0], rdev[1], len(encoded), 0,
+            inode,
+            mode,
+            0,
+            0,
+            nlink,
+            0,
+            len(data),
+            0,
+            0,
+            rdev[0],
+            rdev[1],
+            len(encoded),
+            0,
         )
         header = b"070701" + b"".join(b"%08X" % value for value in fields)
         self._chunks += [header, encoded, _padding(len(header) + len(encoded))]
@@ -157,9 +169,20 @@ def build_initramfs(kernel: KernelImage, busybox: Busybox, cache: Path) -> Path:
     if target.exists():
         return target
     archive = NewcArchive()
-    for directory in ("bin", "dev", "etc", "host", "proc", "results", "sys", "tmp", "lib",
-                      "lib/modules", f"lib/modules/{kernel.release}",
-                      f"lib/modules/{kernel.release}/kernel"):
+    for directory in (
+        "bin",
+        "dev",
+        "etc",
+        "host",
+        "proc",
+        "results",
+        "sys",
+        "tmp",
+        "lib",
+        "lib/modules",
+        f"lib/modules/{kernel.release}",
+        f"lib/modules/{kernel.release}/kernel",
+    ):
         archive.add_directory(directory)
     archive.add_char_device("dev/console", 5, 1)
     archive.add_file("bin/busybox", busybox.path.read_bytes(), mode=0o755)

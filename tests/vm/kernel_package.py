@@ -141,9 +141,7 @@ def fetch_kernel(cache: Path | None = None) -> KernelImage:
                     failures.append(f"{name}: {exc}")
             if attempt == 0 and not _refresh_apt_lists():
                 break
-        for stale in sorted(
-            cache.glob("linux-image-6.1.0-*-amd64"), key=_abi_number, reverse=True
-        ):
+        for stale in sorted(cache.glob("linux-image-6.1.0-*-amd64"), key=_abi_number, reverse=True):
             image = _load_kernel(stale)
             if image is not None:
                 return image
@@ -258,9 +256,7 @@ def _download_kernel(cache: Path, package: str) -> KernelImage:
             _decompress_module(source, staged / "modules" / f"{module}.ko")
             kept.append(module)
         (staged / "modules" / "load-order").write_text("\n".join(kept) + "\n")
-        (staged / "package").write_text(
-            f"{package}\n{_deb_field(deb, 'Version')}\n{release}\n"
-        )
+        (staged / "package").write_text(f"{package}\n{_deb_field(deb, 'Version')}\n{release}\n")
         _publish(staged, cache / package)
     image = _load_kernel(cache / package)
     if image is None:

@@ -90,7 +90,12 @@ def test_host_root_is_read_only_and_scratch_places_are_writable(
     try:
         result = guest_kernel.run(textwrap.dedent(script))
         assert result.stdout.split("\n") == [
-            "hello guest", "/tmp ok", "/var/tmp ok", "/run ok", "/dev/shm ok", "",
+            "hello guest",
+            "/tmp ok",
+            "/var/tmp ok",
+            "/run ok",
+            "/dev/shm ok",
+            "",
         ], result.stderr
         assert (guest_kernel.shared_dir / "from-guest").read_text() == "back\n"
         assert in_build_cache.read_text() == "built\n"

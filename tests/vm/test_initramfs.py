@@ -87,8 +87,14 @@ def _fake_kernel(tmp_path: Path) -> tuple[KernelImage, Busybox]:
 
 def test_init_script_loads_the_modules_in_order() -> None:
     assert "@MODULES@" in INIT_SCRIPT
-    kernel = KernelImage("p", "v", "6.1.0-1-amd64", Path("k"), Path("c"),
-                         tuple(Path(f"/x/{m}.ko") for m in GUEST_MODULES))
+    kernel = KernelImage(
+        "p",
+        "v",
+        "6.1.0-1-amd64",
+        Path("k"),
+        Path("c"),
+        tuple(Path(f"/x/{m}.ko") for m in GUEST_MODULES),
+    )
     script = init_script(kernel)
     assert f"for module in {' '.join(GUEST_MODULES)}; do" in script
     assert '"/lib/modules/6.1.0-1-amd64/kernel/$module.ko"' in script
@@ -101,10 +107,16 @@ def test_initramfs_is_cached_by_content_and_holds_init_busybox_modules(tmp_path:
     cache.mkdir()
     first = build_initramfs(kernel, busybox, cache)
     assert build_initramfs(kernel, busybox, cache) == first
-    listing = subprocess.run(
-        ["cpio", "-it", "--quiet"], input=gzip.decompress(first.read_bytes()),
-        capture_output=True, check=True,
-    ).stdout.decode().split()
+    listing = (
+        subprocess.run(
+            ["cpio", "-it", "--quiet"],
+            input=gzip.decompress(first.read_bytes()),
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split()
+    )
     assert {"init", "bin/busybox", "dev/console"} <= set(listing)
     assert "lib/modules/6.1.0-99-amd64/kernel/9pnet_virtio.ko" in listing
     other = build_initramfs(kernel, Busybox(version="2.0", path=busybox.path), cache)
@@ -138,9 +150,20 @@ def test_parse_junit_reads_what_pytest_writes(tmp_path: Path) -> None:
     )
     report = tmp_path / "junit.xml"
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         f"--junitxml={report}", "-o", "junit_family=xunit2", "test_sample.py"],
-        cwd=tmp_path, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            "-o",
+            "junit_family=xunit2",
+            "test_sample.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
     )
     cases = parse_junit(report.read_text())
     assert [(c.nodeid, c.outcome) for c in cases] == [

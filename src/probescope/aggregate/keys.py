@@ -147,9 +147,7 @@ class KeyPlan:
         return eval(source, namespace)  # type: ignore[no-any-return]
 
 
-def missing_arguments(
-    fields: Sequence[str], arg_names: Sequence[Sequence[str]]
-) -> list[str]:
+def missing_arguments(fields: Sequence[str], arg_names: Sequence[Sequence[str]]) -> list[str]:
     """Argument fields that no probe's arguments hold."""
     present = {name for names in arg_names for name in names}
     return [f for f in fields if is_argument_field(f) and f not in present]

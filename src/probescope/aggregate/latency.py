@@ -33,7 +33,6 @@ OPEN = "calls still open at the end"
 MAX_SPANS = 1_000_000
 
 
-
 @dataclass
 class _Open:
     entry: str

@@ -225,9 +225,7 @@ class _Planner:
             return_kind = (
                 ProbeKind.URETPROBE if spec.kind is ProbeKind.UPROBE else ProbeKind.KRETPROBE
             )
-            returning = replace(
-                spec, kind=return_kind, event=return_name, args=(), source=None
-            )
+            returning = replace(spec, kind=return_kind, event=return_name, args=(), source=None)
             self.returns[return_name] = entry_name
             result += [
                 replace(probe, spec=replace(spec, event=entry_name)),
@@ -237,8 +235,7 @@ class _Planner:
 
     def _check_fields(self, probes: list[ResolvedProbe]) -> None:
         arg_names = [
-            [a.name for a in p.spec.args] if isinstance(p.spec, ProbeSpec) else []
-            for p in probes
+            [a.name for a in p.spec.args] if isinstance(p.spec, ProbeSpec) else [] for p in probes
         ]
         if any(not isinstance(p.spec, ProbeSpec) for p in probes):
             return  # tracepoint fields are known only once their formats are read

@@ -125,9 +125,7 @@ def with_stack_capture(
     spec = probe.spec
     if not isinstance(spec, ProbeSpec) or not spec.kind.is_user:
         return probe
-    return with_arguments(
-        probe, capture.fetchargs(MAX_PROBE_FIELDS - fixed_size(spec)), arch=arch
-    )
+    return with_arguments(probe, capture.fetchargs(MAX_PROBE_FIELDS - fixed_size(spec)), arch=arch)
 
 
 SampleReader = Callable[[Event], StackSample | None]

@@ -203,4 +203,3 @@ class Symbolizer:
             return SymbolTable.for_path(path), CallFrameTable.for_path(path)
         except SymbolError:
             return None
-

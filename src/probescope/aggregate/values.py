@@ -325,7 +325,5 @@ Value = Count | Histogram | Latency | Stacks
 def merge_values(into: Value, other: Value) -> Value:
     """Merge `other` into `into` (same kind), returning `into`."""
     if type(into) is not type(other):
-        raise AggregateError(
-            f"cannot merge a {type(other).__name__} into a {type(into).__name__}"
-        )
+        raise AggregateError(f"cannot merge a {type(other).__name__} into a {type(into).__name__}")
     return into.merge(other)  # type: ignore[arg-type]

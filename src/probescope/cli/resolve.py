@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from probescope.language.model import ProbeSpec
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
 
@@ -23,6 +24,9 @@ def run(args: argparse.Namespace) -> int:
     grammar = RunningKernel.read().grammar
     for probe in resolve_specs(args.specs, pid=args.pid, grammar=grammar, notes=notes):
         print(probe.spec.definition())
+        if isinstance(probe.spec, ProbeSpec) and probe.spec.filter and probe.kind.is_user:
+            # uprobe_events takes no filter (it skips '#' comments): the event's `filter` file
+            print(f"# filter: {probe.spec.filter}")
         if args.verbose:
             where = probe.label
             details = []

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import Arch, host_arch
+from probescope.language.event_filter import parse_filter
 from probescope.language.fetchargs import LATEST, MAX_TRACE_ARGS, ParseFlags, parse_fetchargs
 from probescope.language.friendly import FriendlyProbe, parse_friendly, parse_friendly_words
 from probescope.language.kernel_features import KernelGrammar
@@ -130,7 +131,12 @@ def _split_filter(text: str, words: list[tuple[int, str]]) -> tuple[str, str] | 
             column=words[at][0],
             hint="e.g. bash:readline if common_pid == 42, or ./prog:f x=arg1:s32 if x > 2",
         )
-    return text[: words[at][0]].rstrip(), text[words[at + 1][0] :].strip()
+    start = words[at + 1][0]
+    expression = text[start:].rstrip()
+    # Checked here, so a syntax error points into the spec as typed, before any target is
+    # looked up; which fields it names is checked against the probe's arguments later.
+    parse_filter(expression, spec=text, column=start)
+    return text[: words[at][0]].rstrip(), expression
 
 
 def _parse_friendly_kprobe(

@@ -44,8 +44,17 @@ def perf_stacks(binary: str, function: str, argv: list[str], *, stack_size: int)
             data = os.path.join(tmp, "perf.data")
             recorded = subprocess.run(
                 [
-                    "perf", "record", "-q", "-o", data, "-e", f"{group}:{event}",
-                    "--call-graph", f"dwarf,{stack_size}", "--", *argv,
+                    "perf",
+                    "record",
+                    "-q",
+                    "-o",
+                    data,
+                    "-e",
+                    f"{group}:{event}",
+                    "--call-graph",
+                    f"dwarf,{stack_size}",
+                    "--",
+                    *argv,
                 ],
                 capture_output=True,
                 text=True,
@@ -93,9 +102,7 @@ def _function(dso: str, offset: int) -> str:
 
 def names(stack: Stack) -> Names:
     """probescope's frames as (file name, function)."""
-    return tuple(
-        (os.path.basename(frame.module), _known(frame.function)) for frame in stack
-    )
+    return tuple((os.path.basename(frame.module), _known(frame.function)) for frame in stack)
 
 
 def _known(function: str) -> str:

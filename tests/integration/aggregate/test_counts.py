@@ -14,7 +14,6 @@ from probescope.aggregations import count, histogram
 pytestmark = pytest.mark.root
 
 
-
 def counts(result_map: object) -> dict[tuple[object, ...], int]:
     return result_map.counts()  # type: ignore[attr-defined,no-any-return]
 
@@ -62,7 +61,7 @@ def test_log2_histogram_of_an_argument(engine: str, workload: Path) -> None:
     result = histogram(
         [f"{workload}:beta x=arg1:s32"], "x", command=[str(workload), "hist"], engine=engine
     )
-    (key, value), = result.first.items()
+    ((key, value),) = result.first.items()
     assert key == ()
     assert isinstance(value, Histogram)
     assert value.buckets == LOG2_BUCKETS
@@ -78,7 +77,7 @@ def test_linear_histogram_of_return_values(engine: str, workload: Path) -> None:
         command=[str(workload), "hist"],
         engine=engine,
     )
-    (_, value), = result.first.items()
+    ((_, value),) = result.first.items()
     assert isinstance(value, Histogram)
     # returns 0, 2, ..., 126 and -10 three times
     assert value.buckets == {0: 3, 1: 16, 2: 16, 3: 16, 4: 16}
@@ -91,7 +90,7 @@ def test_abi_argument_and_return_value_fetched_for_you(engine: str, workload: Pa
     by_argument = histogram(
         [f"{workload}:beta"], "arg1", command=[str(workload), "hist"], engine=engine
     )
-    (_, value), = by_argument.first.items()
+    ((_, value),) = by_argument.first.items()
     assert isinstance(value, Histogram)
     assert value.count == 67 and value.buckets[33] == 3 and value.max == 0xFFFFFFFB
     by_return = count(

@@ -15,9 +15,8 @@ from probescope.aggregations import latency
 pytestmark = pytest.mark.root
 
 
-
 def only_value(result: object) -> Latency:
-    (_, value), = result.first.items()  # type: ignore[attr-defined]
+    ((_, value),) = result.first.items()  # type: ignore[attr-defined]
     assert isinstance(value, Latency)
     return value
 
@@ -44,9 +43,7 @@ def test_longjmp_abandons_calls(engine: str, workload: Path) -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sleeps_measure_as_slept(engine: str, workload: Path) -> None:
-    result = latency(
-        [f"{workload}:nap"], unit="ms", command=[str(workload), "nap"], engine=engine
-    )
+    result = latency([f"{workload}:nap"], unit="ms", command=[str(workload), "nap"], engine=engine)
     value = only_value(result)
     assert value.count == 5
     assert value.min_ns is not None and value.max_ns is not None

@@ -66,7 +66,7 @@ def test_stacks_through_a_library_loaded_later(engine: str) -> None:
     result = stacks(
         [f"{library}:plug_leaf"], command=[str(loader), str(library), "3"], engine=engine
     )
-    (stack, count), = stack_counts(result).items()
+    ((stack, count),) = stack_counts(result).items()
     assert count == 3
     lib = plugin.name
     assert stack[:3] == ((lib, "plug_leaf"), (lib, "plug_entry"), (loader.name, "main"))
@@ -136,10 +136,8 @@ def test_matches_perf_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_kernel_stacks_of_a_tracepoint(callers: Path) -> None:
-    result = count(
-        ["t:sched:sched_process_exec"], by=["kstack"], command=[str(callers), "1"]
-    )
-    (key, n), = result.first.counts().items()
+    result = count(["t:sched:sched_process_exec"], by=["kstack"], command=[str(callers), "1"])
+    ((key, n),) = result.first.counts().items()
     assert n == 1
     functions = [frame.function for frame in key[0]]
     assert any("execve" in f for f in functions), functions

@@ -144,3 +144,34 @@ def test_bad_filters_are_refused_before_anything_is_attached(
     )
     with pytest.raises(SpecError, match=message):
         session.start()
+
+
+def test_a_probes_own_if_filters_in_the_program(values: Path) -> None:
+    """`TARGET:SYMBOL ARGS if EXPR`: the language carries the filter on the spec; the bpf
+    engine compiles it (as it does --filter), and the tracefs and ptrace engines give the same
+    events (the kernel's filter file, a Python evaluation)."""
+    from probescope.engines.base import EngineOptions
+
+    spec = f'{values}:filter_probe {ARGS} if number > 0 || word == "delta"'
+    events, summary = trace("bpf", [spec], [str(values)])
+    by_filter, _ = trace(
+        "bpf",
+        [f"{values}:filter_probe {ARGS}"],
+        [str(values)],
+        options=EngineOptions(default_filter='number > 0 || word == "delta"'),
+    )
+    assert [e.args for e in events] == [e.args for e in by_filter]
+    assert [e.arg("number") for e in events] == [0, 1, 2, 3]  # 0: "delta"
+    assert summary.stats is not None and summary.stats.extra["filtered"] == 3
+    for engine in ("auto", "tracefs", "ptrace"):
+        other, _ = trace(engine, [spec], [str(values)])
+        assert [e.args for e in other] == [e.args for e in events], engine
+
+
+def test_a_filter_naming_no_argument_is_refused_with_a_caret(values: Path) -> None:
+    spec = f"{values}:filter_probe {ARGS} if numbr > 0"
+    session = Session([spec], engine="bpf", command=[str(values)])
+    with pytest.raises(SpecError, match="no field 'numbr'") as caught:
+        session.start()
+    session.close()
+    assert caught.value.column == spec.index("numbr")

@@ -31,8 +31,14 @@ def durations(result: object) -> dict[tuple[object, ...], tuple[int, int]]:
 
 def test_recursion_pairs_each_call_with_its_own_return() -> None:
     result = run(
-        [(F, 1000, 0), (F, 960, 10), (F, 920, 20), (F_RET, 928, 25), (F_RET, 968, 40),
-         (F_RET, 1008, 100)],
+        [
+            (F, 1000, 0),
+            (F, 960, 10),
+            (F, 920, 20),
+            (F_RET, 928, 25),
+            (F_RET, 968, 40),
+            (F_RET, 1008, 100),
+        ],
         ("probe",),
     )
     assert durations(result) == {("f",): (3, 5 + 30 + 100)}

@@ -78,9 +78,7 @@ def test_big_linear_labels() -> None:
 
 
 def test_count_maps_smallest_first() -> None:
-    counts = AggregateMap(
-        "@c", ("comm", "pid"), {("t", 26920): Count(20), ("sh", 1): Count(3)}
-    )
+    counts = AggregateMap("@c", ("comm", "pid"), {("t", 26920): Count(20), ("sh", 1): Count(3)})
     assert text(counts) == "@c[sh, 1]: 3\n@c[t, 26920]: 20\n\n"
     assert text(AggregateMap("@n", (), {(): Count(20)})) == "@n: 20\n\n"
 
@@ -157,9 +155,9 @@ def test_speedscope_sampled_profile() -> None:
     names = [f["name"] for f in document["shared"]["frames"]]
     samples = [[names[i] for i in sample] for sample in profile["samples"]]
     assert ["main", "a", "leaf"] in samples
-    assert dict(zip(map(tuple, samples), profile["weights"], strict=True))[
-        ("main", "a", "leaf")
-    ] == 3
+    assert (
+        dict(zip(map(tuple, samples), profile["weights"], strict=True))[("main", "a", "leaf")] == 3
+    )
 
 
 def test_speedscope_evented_profile_nests_recursion() -> None:

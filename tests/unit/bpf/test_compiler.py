@@ -180,11 +180,22 @@ def test_dereferences_read_with_the_faulting_helper_when_sleepable() -> None:
     assert Helper.PROBE_READ_USER in plain and Helper.COPY_FROM_USER not in plain
 
 
-def test_strings_go_through_scratch_and_the_output_helper() -> None:
+def test_strings_go_through_scratch_and_a_dynptr_reservation_stamped_after_it() -> None:
     image = build("s=+0(%di):string")
     calls = helpers(image.instructions)
-    assert Helper.RINGBUF_OUTPUT in calls and Helper.RINGBUF_RESERVE not in calls
+    assert Helper.RINGBUF_RESERVE_DYNPTR in calls and Helper.RINGBUF_RESERVE not in calls
     assert calls.count(Helper.PROBE_READ_USER_STR) == 2  # measured, then copied
+    # the clock is read once, after the reservation: time order across CPUs rests on it
+    assert calls.count(Helper.KTIME_GET_NS) == 1
+    reserved = calls.index(Helper.RINGBUF_RESERVE_DYNPTR)
+    assert reserved < calls.index(Helper.KTIME_GET_NS) < calls.index(Helper.DYNPTR_WRITE)
+    assert calls.index(Helper.DYNPTR_WRITE) < calls.index(Helper.RINGBUF_SUBMIT_DYNPTR)
+    assert Helper.RINGBUF_DISCARD_DYNPTR in calls  # a failed reservation is released too
+
+
+def test_records_reserved_in_place_are_stamped_after_the_reservation() -> None:
+    calls = helpers(build("a=%di:u32").instructions)
+    assert calls.index(Helper.RINGBUF_RESERVE) < calls.index(Helper.KTIME_GET_NS)
 
 
 def test_return_probes_record_the_function_address() -> None:
@@ -207,3 +218,20 @@ def test_register_tables() -> None:
     assert pt_regs_for("aarch64") is ARM64_PT_REGS
     with pytest.raises(BpfError):
         pt_regs_for("riscv64")
+
+
+def test_the_traced_process_passes_the_pid_filter_on_a_comparison() -> None:
+    code = ProbeCode.of(args("a=%di:u32"), False, 0x1000)
+    image = build_record_program(
+        code,
+        RecordAction(SharedMaps(ring=3, counters=4, pids=6, known_pids=(4321,))),
+        X86_64_PT_REGS,
+        name="t",
+    )
+    slots = instructions(image.instructions)
+    compared = next(i for i, (op, dst, _, _, imm) in enumerate(slots) if op == 0x15 and imm == 4321)
+    lookup = next(
+        i for i, (op, _, src, _, imm) in enumerate(slots) if op == CALL and imm == 1 and src == 0
+    )
+    assert compared < lookup  # JEQ r0, 4321 jumps over the map's lookup
+    assert compared + slots[compared][3] + 1 > lookup

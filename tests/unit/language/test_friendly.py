@@ -323,3 +323,42 @@ def test_numbered_event_names_stay_within_the_kernels_limit() -> None:
     assert first_free("f", {"f", "f_1", "f_3"}) == "f_2"
     long = "y" * 63
     assert first_free(long, {long}) == "y" * 61 + "_1"
+
+
+def test_an_if_tail_is_the_probes_filter() -> None:
+    probe = friendly("c:malloc size=arg1:u64 if size > 1024 && size < 8192")
+    assert probe.filter == "size > 1024 && size < 8192"
+    assert [a.name for a in probe.args] == ["size"]
+    assert friendly("r:c:malloc ret=retval if ret == 0").filter == "ret == 0"
+    assert friendly("c:malloc").filter is None
+    usdt = parse_probe("usdt:python3:python:function__entry f=arg1:string if f ~ 'json*'")
+    assert isinstance(usdt, UsdtSpec)
+    assert usdt.filter == "f ~ 'json*'" and [a.name for a in usdt.args] == ["f"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "caret_at"),
+    [
+        ("c:malloc size=arg1:u64 if", "no filter expression after 'if'", "if"),
+        ("c:malloc size=arg1:u64 if size >", "missing value after '>'", ""),
+        ("c:malloc size=arg1:u64 if size > 1 &&", "where a predicate should follow", ""),
+        ("c:malloc size=arg1:u64 if (size > 1", "unbalanced parenthesis", "(size"),
+        ("usdt:python3:python:function__entry arg1 if", "no filter expression", "if"),
+    ],
+)
+def test_a_bad_filter_is_found_while_parsing(text: str, message: str, caret_at: str) -> None:
+    with pytest.raises(SpecError, match=message) as info:
+        parse_probe(text, arch=X86_64)
+    assert info.value.column is not None and info.value.column >= text.index(" if")
+    assert text[info.value.column :].startswith(caret_at)
+
+
+def test_a_uprobe_definition_line_never_carries_the_filter() -> None:
+    """uprobe_events refuses `if`: the filter travels beside the line, for the engine (the
+    tracefs engine writes it to the event's filter file)."""
+    spec = parse_probe("p:g/e /bin/true:0x10 a=%di", arch=X86_64)
+    assert isinstance(spec, ProbeSpec)
+    filtered = parse_probe("p:g/e /bin/true:0x10 a=%di if a > 1", arch=X86_64)
+    assert isinstance(filtered, ProbeSpec) and filtered.filter == "a > 1"
+    assert filtered.definition() == spec.definition()
+    assert "if" not in filtered.definition()

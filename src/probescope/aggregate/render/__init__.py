@@ -48,6 +48,4 @@ def render_stacks(
         has_stacks = aggregation.maps and any(
             n in ("ustack", "kstack") for n in aggregation.first.key_names
         )
-        render_speedscope(
-            stream, stacks if has_stacks else None, aggregation.spans, name=title
-        )
+        render_speedscope(stream, stacks if has_stacks else None, aggregation.spans, name=title)

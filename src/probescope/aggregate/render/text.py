@@ -94,9 +94,7 @@ def histogram_text(histogram: Histogram) -> str:
     lines = []
     for index, count in rows:
         bar = "@" * int(count / largest * BAR_WIDTH)
-        lines.append(
-            f"{bucket_label(histogram, index):<16}{count:>8} |{bar:<{BAR_WIDTH}}|\n"
-        )
+        lines.append(f"{bucket_label(histogram, index):<16}{count:>8} |{bar:<{BAR_WIDTH}}|\n")
     return "".join(lines)
 
 

@@ -42,7 +42,7 @@ class Attachments:
     links: list[int] = field(default_factory=list)
     perf_events: list[int] = field(default_factory=list)
     trackers: list[int] = field(default_factory=list)  # the fork/exit tracker's attachments
-    trackers_closing: threading.Thread | None = None
+    closing: list[threading.Thread] = field(default_factory=list)  # closes running apart
     programs: list[int] = field(default_factory=list)
     maps: list[BpfMap] = field(default_factory=list)
     ring: RingBuffer | None = None
@@ -148,19 +148,29 @@ class Attachments:
     def release_trackers(self) -> None:
         """The target has ended: no child of it can be born any more. Detach the fork/exit
         tracker now, its grace periods overlapping whatever the session still reads."""
-        if self.trackers and self.trackers_closing is None:
-            fds = list(self.trackers)
-            self.trackers_closing = threading.Thread(target=close_together, args=(fds,))
-            self.trackers_closing.start()
+        fds, self.trackers = self.trackers, []
+        self._close_later(fds)
+
+    def release_probes(self) -> None:
+        """The target has ended, and the session with it: detach every probe and the tracker
+        now, their grace periods (~0.1 s) overlapping the last drain of the ring."""
+        fds = self.links + self.perf_events + self.trackers
+        self.links, self.perf_events, self.trackers = [], [], []
+        self._close_later(fds)
+
+    def _close_later(self, fds: list[int]) -> None:
+        if fds:
+            closing = threading.Thread(target=close_together, args=(fds,))
+            closing.start()
+            self.closing.append(closing)
 
     def detach_probes(self) -> None:
         """Close the links and perf events (the breakpoints go); programs and maps stay
         readable until `close()`."""
-        if self.trackers_closing is None:
-            close_together(self.links + self.perf_events + self.trackers)
-        else:
-            close_together(self.links + self.perf_events)
-            self.trackers_closing.join()
+        close_together(self.links + self.perf_events + self.trackers)
+        for closing in self.closing:
+            closing.join()
+        self.closing.clear()
         self.trackers.clear()
         self.links.clear()
         self.perf_events.clear()

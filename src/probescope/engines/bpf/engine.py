@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import operator
 import os
 import struct
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from probescope.engines.aggregation import KernelAggregation, KernelValues
 from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
@@ -49,6 +49,7 @@ from probescope.engines.bpf.program import (
 )
 from probescope.engines.bpf.regs import pt_regs_for
 from probescope.engines.bpf.ringbuf import RingBuffer
+from probescope.engines.bpf.stream import EventStream
 from probescope.engines.bpf.tracepoints import (
     TRACEPOINT_SCRATCH_SIZE,
     TracepointCode,
@@ -72,11 +73,6 @@ from probescope.language.static_events import TracepointSpec
 from probescope.system.kernel import RunningKernel
 
 DEFAULT_RING_BYTES = 32 << 20
-BATCH_BYTES = 1 << 20
-"""The most of the ring decoded into one batch: bounds the memory a burst takes in Python."""
-FINAL_DRAIN_SECONDS = 1.0
-IDLE_POLL_SECONDS = 0.02
-_TIMESTAMP = operator.itemgetter(0)
 KINDS = frozenset({ProbeKind.UPROBE, ProbeKind.URETPROBE, ProbeKind.USDT, ProbeKind.TRACEPOINT})
 
 
@@ -108,6 +104,7 @@ class BpfEngine:
         self._detached = False
         self._attached = False
         self._aggregator: KernelAggregator | None = None
+        self._stream: EventStream | None = None  # the recorder process and the decoder behind it
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -151,9 +148,7 @@ class BpfEngine:
         """Why these probes cannot be aggregated in the kernel here (None when they can)."""
         if not self.features().usable:
             return self.features().reason
-        return aggregation_refusal(
-            aggregation, probes, default_filter=self.options.default_filter
-        )
+        return aggregation_refusal(aggregation, probes, default_filter=self.options.default_filter)
 
     # -- attach ---------------------------------------------------------------------------
 
@@ -188,8 +183,16 @@ class BpfEngine:
             plan = plan_uprobes(uprobes, self.options.default_filter)
         tracepoints = self._plan_tracepoints(tracepoint_specs, len(uprobes))
         try:
+            pid_map: int | None = None
             if aggregation is None:
                 maps = self._create_maps(plan, bool(tracepoints), target)
+                self._start_stream()
+                self._start_command(target)
+                if maps.pids is not None and len(self._pids) == 1:
+                    # the one traced process passes on a comparison, its children by the map;
+                    # its pid cannot be reused by another before the session, ending with it,
+                    # detaches
+                    maps = replace(maps, known_pids=self._pids)
                 self._load_uprobe_programs(plan, maps, mode, sleepable=features.sleepable)
                 loaded_tracepoints = self._load_tracepoints(tracepoints, maps)
                 pid_map = maps.pids
@@ -201,11 +204,7 @@ class BpfEngine:
                     uprobes, tracepoints, system_wide=target.system_wide
                 )
                 pid_map = pids.fd if pids is not None else None
-            if target.command:
-                self._command = GatedCommand(target.command)
-                self._pids = (self._command.start(),)
-            else:
-                self._pids = tuple(target.pids)
+                self._start_command(target)
             # the session's own tracepoint programs run before the exit tracker (programs of
             # one tracepoint run in attach order), so a traced process's last events pass
             for program_fd, event_id, label in loaded_tracepoints:
@@ -227,6 +226,17 @@ class BpfEngine:
                 self._command.abort()
             self.detach()
             raise
+
+    def _start_command(self, target: Target) -> None:
+        """The -c command, started gated (before the programs that compare its pid load), or
+        the pids given; the event stream watches them end."""
+        if target.command:
+            self._command = GatedCommand(target.command)
+            self._pids = (self._command.start(),)
+        else:
+            self._pids = tuple(target.pids)
+        if self._stream is not None:
+            self._stream.watch_target(self._pids)
 
     def _mode(self, features: BpfFeatures) -> str:
         if self.attach_mode == "pmu":
@@ -368,44 +378,32 @@ class BpfEngine:
 
     # -- events ---------------------------------------------------------------------------
 
+    def _start_stream(self) -> None:
+        """Fork the recorder now, while the session holds no program, link or command gate
+        it would have to close."""
+        assert self._owned.ring is not None
+        self._stream = EventStream(
+            self._owned.ring,
+            self._decoder,
+            clock=self.options.clock,
+            interval=self.interval,
+            losses=self._new_losses,
+            target_ended=self._target_ended,
+            on_target_end=self._release_attachments,
+        )
+        self._stream.start()
+
     def events(self) -> Iterator[Event | EventBatch]:
-        ring = self._owned.ring
-        if ring is None and self._aggregator is not None:
+        if self._stream is None and self._aggregator is not None:
             yield from self._aggregating()
             return
-        if ring is None:
+        stream = self._stream
+        if stream is None:
             raise ProbescopeError("the bpf engine is not attached")
-        decoder = self._decoder
-        last_yield = time.monotonic()
-        ending_since: float | None = None
-        while not self._detached:
-            span = ring.span(BATCH_BYTES)
-            lost = self._new_losses()
-            if span or lost:
-                walked = decoder.walk(span)
-                ring.consume(walked.consumed)
-                events = walked.events
-                if len(events) > 1:
-                    events.sort(key=_TIMESTAMP)
-                if events or lost:
-                    last_yield = time.monotonic()
-                    yield EventBatch(events, lost)
-                if walked.consumed >= BATCH_BYTES // 2:
-                    continue  # a busy ring: drain again at once
-            now = time.monotonic()
-            if ending_since is not None:
-                if not span and (now - ending_since > 0.05 or ring.pending() == 0):
-                    return
-                if now - ending_since > FINAL_DRAIN_SECONDS:
-                    return
-            elif self._target_ended():
-                ending_since = now
-                self._owned.release_trackers()
-                continue
-            if now - last_yield >= self.interval:
-                last_yield = now
-                yield EventBatch([])
-            time.sleep(IDLE_POLL_SECONDS)
+        for batch in stream.events():
+            if self._detached:
+                return
+            yield batch
 
     def _aggregating(self) -> Iterator[EventBatch]:
         """While the kernel aggregates: an empty batch every read interval (the session's
@@ -442,6 +440,11 @@ class BpfEngine:
 
     # -- teardown -------------------------------------------------------------------------
 
+    def _release_attachments(self) -> None:
+        """The target has ended, and the session with it: detach every probe and the fork/exit
+        tracker now, their grace periods (~0.1 s) overlapping the last drain of the ring."""
+        self._owned.release_probes()
+
     def stats(self) -> EngineStats:
         if self._command is not None and self._command.returncode is not None:
             self._stats.command_status = self._command.returncode
@@ -461,6 +464,9 @@ class BpfEngine:
             return
         self.stats()
         self._detached = True
+        self._owned.detach_probes()
+        if self._stream is not None:
+            self._stream.close(self._stats)
         self._owned.close()
         if self._command is not None and self._command.poll() is None:
             self._command.terminate()

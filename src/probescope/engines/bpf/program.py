@@ -67,6 +67,7 @@ class SharedMaps:
     ring: int
     counters: int  # per-CPU array: [0] records lost because the ring was full
     pids: int | None = None  # hash u32 tgid -> u8: only these processes (None: all)
+    known_pids: tuple[int, ...] = ()  # tgids compared before the map is looked up
 
 
 @dataclass(frozen=True)
@@ -143,18 +144,34 @@ class ProgramImage:
 # -- building blocks -----------------------------------------------------------------------------
 
 
-def emit_pid_filter(e: Emitter, pids_fd: int, drop: str, keep: Reg | None = None) -> None:
+MAX_KNOWN_PIDS = 8
+"""Traced processes named by a comparison each in the program; more go by the map alone."""
+
+
+def emit_pid_filter(
+    e: Emitter,
+    pids_fd: int,
+    drop: str,
+    keep: Reg | None = None,
+    known: tuple[int, ...] = (),
+) -> None:
     """Go to `drop` unless the current process (tgid) is in the pid map; `keep` is given the
-    pid_tgid word (callee-saved register) for the header."""
+    pid_tgid word (callee-saved register) for the header. The `known` tgids (the command, the
+    -p processes) pass on a comparison: only their children pay for the map's lookup."""
+    passed = e.fresh("traced")
     e.call(Helper.GET_CURRENT_PID_TGID)
     if keep is not None:
         e.emit(mov64_reg(keep, Reg.R0))
-    e.emit(alu64_imm(Alu.RSH, Reg.R0, 32), stx(4, Reg.FP, KEY_SLOT, Reg.R0))
+    e.emit(alu64_imm(Alu.RSH, Reg.R0, 32))
+    for pid in known[:MAX_KNOWN_PIDS]:
+        e.jump(Jmp.JEQ, Reg.R0, pid, passed)
+    e.emit(stx(4, Reg.FP, KEY_SLOT, Reg.R0))
     e.emit(
         ld_map_fd(Reg.R1, pids_fd), mov64_reg(Reg.R2, Reg.FP), alu64_imm(Alu.ADD, Reg.R2, KEY_SLOT)
     )
     e.call(Helper.MAP_LOOKUP_ELEM)
     e.jump(Jmp.JEQ, Reg.R0, 0, drop)
+    e.label(passed)
 
 
 CLOCKS = {"mono": Helper.KTIME_GET_NS, "boot": Helper.KTIME_GET_BOOT_NS}
@@ -167,14 +184,16 @@ def emit_header(
     *,
     is_return: bool,
     index: int | None,
-    clock: str = "mono",
+    clock: str | None = "mono",
     pid_tgid: Reg | None = None,
 ) -> None:
     """Timestamp, addresses, task, probe index, cpu and comm into the record at r7.
     `index` None: the probe index is the attach cookie; `pid_tgid`: a register that already
-    holds bpf_get_current_pid_tgid()."""
-    e.call(CLOCKS[clock])
-    e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
+    holds bpf_get_current_pid_tgid(); `clock` None: no timestamp here (a record built in
+    scratch is stamped when it is reserved in the ring, `emit_stamped_output`)."""
+    if clock is not None:
+        e.call(CLOCKS[clock])
+        e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
     ip = ldx(8, Reg.R0, CTX, regs.offset(regs.instruction_pointer))
     if is_return:
         e.emit(mov64_reg(Reg.R1, CTX))
@@ -244,6 +263,42 @@ def emit_claim_scratch(e: Emitter, scratch_fd: int, claim_offset: int, none_free
     e.label(claimed)
 
 
+DYNPTR_SLOT = -80  # fp-80..fp-65: the ring-buffer dynptr of a record built in scratch
+STAMP_SIZE = Reg.R9  # callee-saved: the record's size across the helpers of the output
+
+
+def emit_stamped_output(e: Emitter, maps: SharedMaps, size: Reg, clock: str, done: str) -> None:
+    """Copy the record built at r7 (`size` bytes, bounded for the verifier) into the ring,
+    reading the clock only once its place is reserved, then go to `done` (a failed
+    reservation is counted lost).
+
+    Every record is stamped after its reservation, so a record reserved later than another
+    never carries an earlier time than the moment the other was reserved: what lets the
+    reader release events in exact time order (see ring_spool.py). `bpf_ringbuf_output`
+    reserves and copies in one call, too late to stamp; a dynptr reservation leaves room to."""
+    failed = e.fresh("unreserved")
+    if size != STAMP_SIZE:
+        e.emit(mov64_reg(STAMP_SIZE, size))
+    e.emit(ld_map_fd(Reg.R1, maps.ring), mov64_reg(Reg.R2, STAMP_SIZE), mov64_imm(Reg.R3, 0))
+    e.emit(mov64_reg(Reg.R4, Reg.FP), alu64_imm(Alu.ADD, Reg.R4, DYNPTR_SLOT))
+    e.call(Helper.RINGBUF_RESERVE_DYNPTR)
+    e.jump(Jmp.JNE, Reg.R0, 0, failed)
+    e.call(CLOCKS[clock])
+    e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
+    e.emit(mov64_reg(Reg.R1, Reg.FP), alu64_imm(Alu.ADD, Reg.R1, DYNPTR_SLOT), mov64_imm(Reg.R2, 0))
+    e.emit(mov64_reg(Reg.R3, RECORD), mov64_reg(Reg.R4, STAMP_SIZE), mov64_imm(Reg.R5, 0))
+    e.call(Helper.DYNPTR_WRITE)
+    e.emit(mov64_reg(Reg.R1, Reg.FP), alu64_imm(Alu.ADD, Reg.R1, DYNPTR_SLOT))
+    e.emit(mov64_imm(Reg.R2, BPF_RB_NO_WAKEUP))
+    e.call(Helper.RINGBUF_SUBMIT_DYNPTR)
+    e.goto(done)
+    e.label(failed)  # the verifier wants even a failed reservation's dynptr released
+    e.emit(mov64_reg(Reg.R1, Reg.FP), alu64_imm(Alu.ADD, Reg.R1, DYNPTR_SLOT), mov64_imm(Reg.R2, 0))
+    e.call(Helper.RINGBUF_DISCARD_DYNPTR)
+    emit_count(e, maps.counters)
+    e.goto(done)
+
+
 def emit_return_zero(e: Emitter) -> None:
     e.emit(mov64_imm(Reg.R0, 0), exit_insn())
 
@@ -291,7 +346,7 @@ def build_record_program(
     pid_tgid = None
     if maps.pids is not None:
         pid_tgid = Reg.R8  # free until the strings, which come after the header
-        emit_pid_filter(e, maps.pids, "exit", keep=pid_tgid)
+        emit_pid_filter(e, maps.pids, "exit", keep=pid_tgid, known=maps.known_pids)
     fc = FetchCompiler(
         e, regs, is_return=code.is_return, probe_offset=code.probe_offset, sleepable=sleepable
     )
@@ -305,7 +360,14 @@ def build_record_program(
         if action.scratch_fd is None or action.claim_offset < scratch.value_size:
             raise Unsupported("a program with strings needs a scratch map large enough")
         emit_claim_scratch(e, action.scratch_fd, action.claim_offset, "lost")
-    emit_header(e, regs, is_return=code.is_return, index=index, clock=clock, pid_tgid=pid_tgid)
+    emit_header(
+        e,
+        regs,
+        is_return=code.is_return,
+        index=index,
+        clock=clock if scratch is None else None,
+        pid_tgid=pid_tgid,
+    )
     for slot in layout.slots:
         if not slot.is_string:
             fc.store_number(slot)
@@ -329,13 +391,8 @@ def build_record_program(
         # size = fixed part + string bytes, bounded for the verifier
         e.emit(mov64_reg(Reg.R3, COPIED), alu64_imm(Alu.ADD, Reg.R3, layout.strings_offset))
         e.jump(Jmp.JGT, Reg.R3, scratch.record_area, "release")
-        e.emit(ld_map_fd(Reg.R1, maps.ring), mov64_reg(Reg.R2, RECORD))
-        e.emit(mov64_imm(Reg.R4, BPF_RB_NO_WAKEUP))
-        e.call(Helper.RINGBUF_OUTPUT)
-        e.jump(Jmp.JEQ, Reg.R0, 0, "release")
-        emit_count(e, maps.counters)
+        emit_stamped_output(e, maps, Reg.R3, clock, "release")
         if e.referenced("drop"):
-            e.goto("release")
             e.label("drop")
             emit_count(e, maps.counters, COUNTER_FILTERED)
         e.label("release")

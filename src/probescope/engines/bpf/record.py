@@ -3,7 +3,8 @@ probe's arguments laid out like the kernel's uprobe record (in definition order,
 type's size, arrays size × N, strings as `__data_loc` words whose text follows the fixed part).
 
     offset  size  field
-    0       8     timestamp (bpf_ktime_get_ns: CLOCK_MONOTONIC, the `mono` trace clock)
+    0       8     timestamp (bpf_ktime_get_ns: CLOCK_MONOTONIC, the `mono` trace clock), read
+                  once the record's place in the ring is reserved
     8       8     ip: the probed address (entry) or the function's address (return)
     16      8     ret_ip: the return address in the caller (returns), else 0
     24      4     tid          } bpf_get_current_pid_tgid

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from probescope.engines.bpf.abi import BPF_RB_NO_WAKEUP, AttachType, Helper, ProgramType
+from probescope.engines.bpf.abi import AttachType, Helper, ProgramType
 from probescope.engines.bpf.fetch import CTX, RECORD
 from probescope.engines.bpf.insn import (
     Alu,
@@ -32,7 +32,6 @@ from probescope.engines.bpf.insn import (
     stx,
 )
 from probescope.engines.bpf.program import (
-    CLOCKS,
     COUNTER_FILTERED,
     KEY_SLOT,
     FilterEmitter,
@@ -42,6 +41,7 @@ from probescope.engines.bpf.program import (
     emit_count,
     emit_pid_filter,
     emit_return_zero,
+    emit_stamped_output,
 )
 from probescope.engines.bpf.record import (
     COMM_SIZE,
@@ -52,7 +52,6 @@ from probescope.engines.bpf.record import (
     OFF_IP,
     OFF_PID_TGID,
     OFF_RET_IP,
-    OFF_TIMESTAMP,
 )
 from probescope.events import EventType
 from probescope.language.model import ArgType, ProbeKind
@@ -93,9 +92,9 @@ def build_tracepoint_program(
     e = Emitter()
     e.emit(mov64_reg(CTX, Reg.R1))
     if maps.pids is not None:
-        emit_pid_filter(e, maps.pids, "exit")
+        emit_pid_filter(e, maps.pids, "exit", known=maps.known_pids)
     emit_claim_scratch(e, scratch_fd, claim_offset, "lost")
-    _emit_tracepoint_header(e, index, clock)
+    _emit_tracepoint_header(e, index)
     # the record's length: its fixed part, or past the end of its last dynamic field
     e.emit(mov64_imm(Reg.R8, fmt.fixed_size))
     for field in fmt.fields:
@@ -120,13 +119,8 @@ def build_tracepoint_program(
         code.emit_filter(e, "filtered")
     e.emit(mov64_reg(Reg.R3, Reg.R8), alu64_imm(Alu.ADD, Reg.R3, HEADER_SIZE))
     e.jump(Jmp.JGT, Reg.R3, _TRACEPOINT_RECORD_AREA, "release")
-    e.emit(ld_map_fd(Reg.R1, maps.ring), mov64_reg(Reg.R2, RECORD))
-    e.emit(mov64_imm(Reg.R4, BPF_RB_NO_WAKEUP))
-    e.call(Helper.RINGBUF_OUTPUT)
-    e.jump(Jmp.JEQ, Reg.R0, 0, "release")
-    emit_count(e, maps.counters)
+    emit_stamped_output(e, maps, Reg.R3, clock, "release")
     if e.referenced("filtered"):
-        e.goto("release")
         e.label("filtered")
         emit_count(e, maps.counters, COUNTER_FILTERED)
     e.label("release")
@@ -146,9 +140,8 @@ def build_tracepoint_program(
     )
 
 
-def _emit_tracepoint_header(e: Emitter, index: int, clock: str) -> None:
-    e.call(CLOCKS[clock])
-    e.emit(stx(8, RECORD, OFF_TIMESTAMP, Reg.R0))
+def _emit_tracepoint_header(e: Emitter, index: int) -> None:
+    """The header but its timestamp, taken when the record is reserved in the ring."""
     e.emit(st_imm(8, RECORD, OFF_IP, 0), st_imm(8, RECORD, OFF_RET_IP, 0))
     e.call(Helper.GET_CURRENT_PID_TGID)
     e.emit(stx(8, RECORD, OFF_PID_TGID, Reg.R0), st_imm(4, RECORD, OFF_INDEX, index))
@@ -200,6 +193,7 @@ def build_exit_program(exit_format: EventFormat, pids_fd: int) -> ProgramImage:
 
 
 # -- decoding -------------------------------------------------------------------------------------
+
 
 def tracepoint_event_type(fmt: EventFormat, system: str) -> tuple[EventType, tuple[Any, ...]]:
     """The EventType of a tracepoint's events and the fields its decoder reads — the trace-event

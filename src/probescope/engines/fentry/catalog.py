@@ -212,9 +212,7 @@ def _probe_use(
     if sites.is_go:
         raise Refused("a Go binary: goroutine stacks are too small and move (the stub pushes)")
     is_return = probe.kind is ProbeKind.URETPROBE
-    source = args_source(
-        spec.args, is_return, ip="r[7]" if is_return else "FN", comm="comms[r[2]]"
-    )
+    source = args_source(spec.args, is_return, ip="r[7]" if is_return else "FN", comm="comms[r[2]]")
     names = (spec.group_name, spec.event_name)
     event_type = event_types.get(names)
     if event_type is None:
