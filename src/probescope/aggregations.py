@@ -12,6 +12,7 @@ the tracefs engine straight from the ring-buffer records when nothing needs whol
 (`aggregate.records`), else event by event (`aggregate.aggregators`, `aggregate.latency`).
 With an interval, the values are handed over and cleared every `interval` seconds; Ctrl-C,
 SIGTERM, the end of the command or of `duration` end the run with the values so far.
+`recording=FILE` aggregates a recording's events instead, offline (`RecordingAggregation`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from probescope.aggregate.aggregators import EventAggregator
@@ -42,6 +44,8 @@ from probescope.errors import EngineUnavailable
 from probescope.language.arch import Arch, host_arch
 from probescope.language.parse import Spec
 from probescope.language.resolved import ResolvedProbe
+from probescope.record.recording import Recording
+from probescope.record.recording_aggregation import RecordingAggregation
 from probescope.session import Session, Terminated, signals_end_session
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
@@ -429,7 +433,13 @@ def _run(
     duration: float | None,
     interval: float | None,
     on_interval: Callable[[Aggregation], None] | None,
+    recording: str | Path | None = None,
 ) -> Aggregation:
+    if recording is not None:
+        if engine != "auto" or pids or command or duration or interval or on_interval:
+            raise AggregationError("a recording is aggregated alone: no engine, target or time")
+        with Recording.from_path(recording) as opened:
+            return RecordingAggregation(request, opened).run()
     run = AggregationRun(request, engine=engine, pids=pids, command=command, interval=interval)
     return run.run(duration=duration, interval=interval, on_interval=on_interval)
 
@@ -444,6 +454,7 @@ def count(
     duration: float | None = None,
     interval: float | None = None,
     on_interval: Callable[[Aggregation], None] | None = None,
+    recording: str | Path | None = None,
 ) -> Aggregation:
     """How often each probe fires, per key (default: per probe). `result.first` is the map."""
     request = Request("count", tuple(specs), tuple(by) if by is not None else None)
@@ -455,6 +466,7 @@ def count(
         duration=duration,
         interval=interval,
         on_interval=on_interval,
+        recording=recording,
     )
 
 
@@ -470,6 +482,7 @@ def histogram(
     duration: float | None = None,
     interval: float | None = None,
     on_interval: Callable[[Aggregation], None] | None = None,
+    recording: str | Path | None = None,
 ) -> Aggregation:
     """The distribution of argument `of` (log2 buckets, or `scale`), per key."""
     request = Request(
@@ -483,6 +496,7 @@ def histogram(
         duration=duration,
         interval=interval,
         on_interval=on_interval,
+        recording=recording,
     )
 
 
@@ -499,6 +513,7 @@ def latency(
     duration: float | None = None,
     interval: float | None = None,
     on_interval: Callable[[Aggregation], None] | None = None,
+    recording: str | Path | None = None,
 ) -> Aggregation:
     """How long calls to the functions take (entry and return probes made for you)."""
     request = Request(
@@ -517,6 +532,7 @@ def latency(
         duration=duration,
         interval=interval,
         on_interval=on_interval,
+        recording=recording,
     )
 
 
@@ -532,6 +548,7 @@ def stacks(
     duration: float | None = None,
     interval: float | None = None,
     on_interval: Callable[[Aggregation], None] | None = None,
+    recording: str | Path | None = None,
 ) -> Aggregation:
     """How often each call path leads to the probes (default key: the user stack)."""
     request = Request(
@@ -549,12 +566,14 @@ def stacks(
         duration=duration,
         interval=interval,
         on_interval=on_interval,
+        recording=recording,
     )
 
 
 __all__ = [
     "AggregationError",
     "AggregationRun",
+    "RecordingAggregation",
     "Request",
     "count",
     "histogram",

@@ -11,6 +11,12 @@ the same rule the kernel uses to drop stale uretprobe instances. So:
   are dropped and counted;
 - a return with no such entry (its entry was lost, or happened before tracing began) is
   dropped and counted; lost events never pair the wrong calls together.
+
+Events recorded without a stack pointer (a recording's, `nested=True`) are paired by nesting
+alone: a return closes the innermost open call of its function on its thread, and the calls
+opened after that one are dropped as abandoned. That pairs recursion and ordinary calls as the
+stack pointer does; it cannot tell a call abandoned by longjmp until its function returns
+again on that thread (a re-entered frame is not seen).
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class LatencyAggregator:
         symbolizer: Symbolizer | None = None,
         stacks: StackOptions | None = None,
         keep_spans: bool = False,
+        retval_arg: str = RETURN_VALUE,
+        nested: bool = False,
     ) -> None:
         self.name = name
         self.plan = plan
@@ -65,6 +73,8 @@ class LatencyAggregator:
         self.entries = set(returns.values())
         self.unit = unit
         self.keep_spans = keep_spans
+        self.retval_arg = retval_arg
+        self.nested = nested
         self.resolver = StackResolver(symbolizer or Symbolizer(), stacks or StackOptions())
         self.values: dict[Key, Latency] = {}
         self.result = Aggregation()
@@ -93,6 +103,9 @@ class LatencyAggregator:
         self.add_batch(EventBatch([event]))
 
     def _enter(self, event: Event, event_type: EventType) -> None:
+        if self.nested:
+            self._threads.setdefault(event.tid, []).append(_Open(event_type.name, 0, event))
+            return
         index = self._sp_index(event_type)
         if index is None:
             return
@@ -109,6 +122,9 @@ class LatencyAggregator:
         stack.append(_Open(name, sp, event))
 
     def _return(self, event: Event, event_type: EventType) -> None:
+        if self.nested:
+            self._return_nested(event, event_type)
+            return
         index = self._sp_index(event_type)
         if index is None:
             return
@@ -135,6 +151,19 @@ class LatencyAggregator:
         opened = stack.pop(match)
         self._record(opened.event, event, event_type)
 
+    def _return_nested(self, event: Event, event_type: EventType) -> None:
+        entry_name = self.returns[event_type.name]
+        stack = self._threads.get(event.tid) or []
+        for position in range(len(stack) - 1, -1, -1):
+            if stack[position].entry == entry_name:
+                opened = stack[position]
+                if position < len(stack) - 1:
+                    self.result.count(ABANDONED, len(stack) - position - 1)
+                del stack[position:]
+                self._record(opened.event, event, event_type)
+                return
+        self.result.count(UNMATCHED)
+
     def _record(self, entry: Event, ret: Event, return_type: EventType) -> None:
         entry_type = entry.type
         key_of = self._keys.get((entry_type, return_type))
@@ -148,7 +177,7 @@ class LatencyAggregator:
                 return_type,
                 label=probe_label(entry_type),
                 stacks=getters,
-                retval_arg=RETURN_VALUE,
+                retval_arg=self.retval_arg,
                 args_from=entry_type,
             )
             self._keys[(entry_type, return_type)] = key_of

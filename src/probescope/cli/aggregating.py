@@ -1,5 +1,8 @@
 """What `count`, `hist`, `latency` and `stacks` share: their options (those of `trace` plus
-`--by`, `-i`, `--top`, `-f`, `-o`), the run with interval printing, and the summary."""
+`--by`, `-i`, `--top`, `-f`, `-o`, `--input`), the run with interval printing, and the summary.
+
+With `--input FILE` the values are those of a recording's events (`record.recording_aggregation`),
+and the options that choose or steer a live session are refused."""
 
 from __future__ import annotations
 
@@ -7,10 +10,12 @@ import argparse
 import contextlib
 import sys
 import time
-from typing import IO
+from collections.abc import Callable
+from typing import IO, Any
 
 from probescope.aggregate.keys import parse_key_fields
 from probescope.aggregate.maps import Aggregation
+from probescope.aggregate.plan import AggregationError
 from probescope.aggregate.render import render_stacks, stack_format_of
 from probescope.aggregate.render.json_records import render_json
 from probescope.aggregate.render.text import render_text
@@ -24,10 +29,18 @@ from probescope.cli.session_options import (
     positive,
     seconds,
 )
+from probescope.record.recording import Recording
+from probescope.record.recording_aggregation import RecordingAggregation
 
 
 def add_aggregation_arguments(parser: argparse.ArgumentParser, *, default_by: str) -> None:
-    add_session_arguments(parser)
+    add_session_arguments(parser, specs_optional=True)
+    parser.add_argument(
+        "--input",
+        metavar="FILE",
+        help="aggregate the events of a recording (probescope record, trace-cmd record) "
+        "instead of a live session; SPECs then name recorded events",
+    )
     parser.add_argument(
         "--by",
         metavar="KEY,...",
@@ -72,16 +85,25 @@ def key_fields(args: argparse.Namespace) -> tuple[str, ...] | None:
 def run_aggregation(args: argparse.Namespace, request: Request) -> int:
     """Run `request` with the session options of `args`, print the values, return the exit
     status (the command's own when it ran to its end, like `trace`)."""
-    command = command_argv(args.command)
-    run = AggregationRun(
-        request,
-        engine=args.engine,
-        pids=args.pid,
-        existing_children=args.children,
-        command=command,
-        options=engine_options(args),
-        interval=args.interval,
-    )
+    run: AggregationRun | RecordedRun
+    if args.input is not None:
+        refuse_live_options(args)
+        run = RecordedRun(request, args.input)
+    elif not args.specs:
+        raise AggregationError(
+            "no probes to aggregate",
+            hint="give at least one probe spec, or --input FILE to aggregate a recording",
+        )
+    else:
+        run = AggregationRun(
+            request,
+            engine=args.engine,
+            pids=args.pid,
+            existing_children=args.children,
+            command=command_argv(args.command),
+            options=engine_options(args),
+            interval=args.interval,
+        )
     output = getattr(args, "output", None)
     stack_format = stack_format_of(output) if output else None
     with contextlib.ExitStack() as files:
@@ -124,6 +146,74 @@ def run_aggregation(args: argparse.Namespace, request: Request) -> int:
         status = summary.command_status
         return status if status >= 0 else 128 - status
     return 0
+
+
+class RecordedRun:
+    """A recording's aggregation with AggregationRun's face (`run`, `summary`), so it prints
+    as a live one does. Every check is made when it is created, before -o is opened."""
+
+    def __init__(self, request: Request, path: str) -> None:
+        self.path = path
+        self.recording = Recording.from_path(path)
+        try:
+            self.aggregation = RecordingAggregation(request, self.recording)
+        except BaseException:
+            self.recording.close()
+            raise
+        self.took = 0.0
+
+    def run(self, **live: Any) -> Aggregation:
+        """The values of every selected event (`live`: AggregationRun.run()'s keywords, which
+        `refuse_live_options` left unset)."""
+        started = time.monotonic()
+        try:
+            return self.aggregation.run()
+        finally:
+            self.took = time.monotonic() - started
+            self.recording.close()
+
+    def summary(self) -> RunSummary:
+        writer = self.recording.facts.engine or "trace-cmd"
+        return RunSummary(
+            engine=writer,
+            duration=self.took,
+            events=self.aggregation.events,
+            lost=self.aggregation.lost,
+            reason=f"recording {self.path}",
+            fast_path=False,
+            in_kernel=False,
+            notes=[],
+            command_status=None,
+        )
+
+
+# option -> (how the user spells it, whether it was given)
+_LIVE_ONLY: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "command": ("-c", lambda v: v is not None),
+    "pid": ("-p", bool),
+    "children": ("--children", bool),
+    "engine": ("--engine", lambda v: v != "auto"),
+    "duration": ("-d", lambda v: v is not None),
+    "clock": ("--clock", lambda v: v != "mono"),
+    "buffer_size": ("--buffer-size", lambda v: v is not None),
+    "filter": ("--filter", lambda v: v is not None),
+    "all": ("--all", bool),
+    "interval": ("-i", lambda v: v is not None),
+}
+
+
+def refuse_live_options(args: argparse.Namespace) -> None:
+    """With --input, the options of a live session (its target, engine, clock, buffers,
+    filter, time) are errors: the recording's session made those choices."""
+    given = [flag for name, (flag, used) in _LIVE_ONLY.items() if used(getattr(args, name))]
+    if given:
+        they = "it steers" if len(given) == 1 else "they steer"
+        raise AggregationError(
+            f"{', '.join(given)} cannot be used with --input: {they} a live session, "
+            "and a recording's session is over",
+            hint="give them to `probescope record` (e.g. probescope record SPEC... -c CMD "
+            "-o FILE), or aggregate live without --input",
+        )
 
 
 def _title(args: argparse.Namespace) -> str:

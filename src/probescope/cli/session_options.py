@@ -15,8 +15,16 @@ from probescope.engines.registry import ENGINE_CHOICES
 from probescope.errors import ProbescopeError
 
 
-def add_session_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help="probe specs, either form")
+def add_session_arguments(parser: argparse.ArgumentParser, *, specs_optional: bool = False) -> None:
+    """`specs_optional`: the command checks itself that SPECs are given when it needs them
+    (the aggregation commands do not with --input)."""
+    parser.add_argument(
+        "specs",
+        nargs="*" if specs_optional else "+",
+        metavar="SPEC",
+        help="probe specs, either form"
+        + ("; with --input, recorded events' names (none: all)" if specs_optional else ""),
+    )
     target = parser.add_mutually_exclusive_group()
     target.add_argument(
         "-c", "--command", metavar="CMD", help="run CMD with the probes armed; end with it"

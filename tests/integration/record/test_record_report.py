@@ -4,7 +4,8 @@ A recording of the tracefs engine is trace-cmd's file: `trace-cmd report` prints
 events (comm, pid, cpu, timestamp, name, arguments) as `probescope report`; every engine's
 recording reports what its live session prints; a file `trace-cmd extract` wrote from an
 instance filled here reports what trace-cmd reports; the Perfetto and Parquet outputs of a
-recording agree with its events. Nothing is left in tracefs.
+recording agree with its events, and a DuckDB query over the Parquet file counts what
+`probescope count --input` counts. Nothing is left in tracefs.
 """
 
 from __future__ import annotations
@@ -259,6 +260,11 @@ def test_perfetto_and_parquet_agree_with_the_recording(loop: Path, tmp_path: Pat
         f"select event, count(*) from '{tmp_path / 't.parquet'}' group by event"
     ).fetchall()
     assert dict(rows) == dict(counts)
+    counted = probescope("count", "-q", "--input", str(out)).stdout
+    assert dict(rows) == {
+        m["event"]: int(m["n"])
+        for m in re.finditer(r"^@count\[(?P<event>[^\]]+)\]: (?P<n>\d+)$", counted, re.MULTILINE)
+    }
     assert duckdb.sql(
         f"select count(*) from '{tmp_path / 't.parquet'}' where args_named.n = 'alpha'"
     ).fetchall() == [(10,)]
