@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
+from probescope.cli import resolve as resolve_command
+from probescope.engines.tracefs.engine import TracefsEngine
+from probescope.engines.tracefs.session_events import kernel_refusal
 from probescope.errors import SpecError
 from probescope.language.go_strings import kernel_inexpressible
 from probescope.language.model import GoString, ProbeSpec, Register
 from probescope.symbols.golang import uses_register_abi
 from probescope.symbols.resolve import resolve_specs
 from probescope.symbols.table import SymbolTable
+from probescope.system.kernel import RunningKernel
 from unit.symbols import language_programs as programs
 from unit.symbols import symbol_programs
 
@@ -79,3 +85,22 @@ def test_gostring_is_refused_on_a_c_function_with_a_caret_at_the_type() -> None:
     assert "Go's register ABI" in raised.value.message
     column = raised.value.column
     assert column is not None and text[column:] == "gostring"
+
+
+def test_no_uprobe_events_line_carries_a_gostring(capsys: pytest.CaptureFixture[str]) -> None:
+    """`resolve` prints the line without it and says why in a comment; the tracefs engine
+    refuses the probe by name, before touching anything."""
+    binary = programs.go()
+    _register_abi(binary)
+    spec = f"{binary}:main.Say s=arg1:gostring n=arg3:s64"
+    assert resolve_command.run(argparse.Namespace(specs=[spec], pid=None, verbose=False)) == 0
+    line, comment = capsys.readouterr().out.splitlines()
+    assert line.startswith("p:uprobes/main_Say ")
+    assert line.endswith(" n=%cx:s64") and "gostring" not in line
+    assert comment.startswith("# s=arg1:gostring: a Go string, pointer %ax and length %bx;")
+    assert "--engine bpf or --engine ptrace" in comment
+    probes = resolve_specs([spec])
+    refusal = TracefsEngine(kernel=RunningKernel.read()).unsupported(probes)
+    assert refusal is not None
+    assert refusal.startswith("main.Say: s=arg1:gostring: uprobe_events reads a string up to")
+    assert kernel_refusal(resolve_specs([f"{binary}:main.Say n=arg3:s64"])) is None
