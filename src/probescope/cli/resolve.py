@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
-from probescope.language.model import ProbeSpec
+from probescope.language.go_strings import KERNEL_CANNOT, kernel_inexpressible
+from probescope.language.model import FetchArg, GoString, ProbeSpec
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
 
@@ -23,7 +25,14 @@ def run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     grammar = RunningKernel.read().grammar
     for probe in resolve_specs(args.specs, pid=args.pid, grammar=grammar, notes=notes):
-        print(probe.spec.definition())
+        spec = probe.spec
+        engine_only = kernel_inexpressible(spec.args) if isinstance(spec, ProbeSpec) else []
+        if isinstance(spec, ProbeSpec) and engine_only:
+            # the line without them; each as a comment (uprobe_events skips '#' lines)
+            spec = replace(spec, args=tuple(a for a in spec.args if a not in engine_only))
+        print(spec.definition())
+        for arg in engine_only:
+            print(f"# {arg}: {_engine_read(arg)}")
         if isinstance(probe.spec, ProbeSpec) and probe.spec.filter and probe.kind.is_user:
             # uprobe_events takes no filter (it skips '#' comments): the event's `filter` file
             print(f"# filter: {probe.spec.filter}")
@@ -39,3 +48,12 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def _engine_read(arg: FetchArg) -> str:
+    fetch = arg.fetch
+    if isinstance(fetch, GoString):
+        what = f"a Go string, pointer {fetch.pointer} and length {fetch.length}"
+    else:
+        what = "a Go string"
+    return f"{what}; {KERNEL_CANNOT} (--engine bpf or --engine ptrace read it)"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from probescope.errors import SpecError, SpecErrors
 from probescope.language.arch import X86_64_REGISTER_ALIASES, Arch
 from probescope.language.fetch_types import TYPE_NAMES, parse_bitfield, parse_type
+from probescope.language.go_strings import GOSTRING, GOSTRING_TYPE, gostring_problem
 from probescope.language.kernel_features import KernelGrammar
 from probescope.language.kernel_numbers import (
     is_ascii_digit,
@@ -452,7 +453,10 @@ def parse_fetcharg(
     is_string_source = not flags.trace_event and (
         fetch_text in ("$comm", "$COMM") or fetch_text.startswith('\\"')
     )
-    if is_string_source:
+    base: tuple[str, int, bool] | None
+    if type_text == GOSTRING:
+        base = (GOSTRING_TYPE.base, GOSTRING_TYPE.size, GOSTRING_TYPE.signed)
+    elif is_string_source:
         if count or (type_text is not None and type_text != "string"):
             raise ctx.error(
                 "$comm and immediate strings only accept the string type",
@@ -466,14 +470,6 @@ def parse_fetcharg(
         hint = "types: u8..u64, s8..s64, x8..x64, char, string, ustring, b<w>@<o>/<c>, TYPE[N]"
         if flags.user and type_text in ("symbol", "symstr"):
             hint = "symbol and symstr resolve kernel addresses; they are for kprobes only"
-        elif type_text == "gostring":
-            raise ctx.error(
-                "the kernel cannot fetch a Go string: its fetch arguments read a string up to "
-                "a NUL, and a Go string is a pointer and a length, with no NUL after it",
-                type_offset,
-                hint="fetch its first bytes and its length apart (in a Go function argN and "
-                "arg(N+1) are the pointer and the length): name=+0(arg1):char[16] len=arg2:u64",
-            )
         elif type_text in TYPE_NAMES:
             release = ".".join(map(str, flags.grammar.release))
             hint = f"kernel {release} does not know the type {type_text!r}"
@@ -485,6 +481,13 @@ def parse_fetcharg(
     lowered_later = isinstance(innermost(fetch), AbiArgument | FriendlyReturnValue)
     if flags.friendly and len(body) > MAX_ARGSTR_LEN and not lowered_later:
         raise _too_long(ctx, body)
+    if type_text == GOSTRING:
+        problem = gostring_problem(
+            fetch, fetch_text, friendly=flags.friendly, user=flags.user, count=count
+        )
+        if problem is not None:
+            raise ctx.error(problem[0], type_offset, hint=problem[1])
+        return FetchArg(name, fetch, GOSTRING_TYPE, body, named=named, column=ctx.column)
     slots = parser.slots
     is_string = base_name in ("string", "ustring", "symstr")
     bitfield = None

@@ -3,10 +3,11 @@
 A pure rewrite of the parsed arguments, once the probe's place is known: on a uprobe `argN`
 becomes the ABI register (or `$stackK` past the register arguments, at a function's first
 instruction only; in a Go function Go's register ABI, where `argN` is the Nth register word
-and a string takes two: pointer, length), on a kprobe `$argN`; `retval` becomes `$retval` on
-both. The expression written to the kernel is printed from the lowered node, spliced where the
-user wrote `argN`, so the rest keeps the user's own spelling (`+0x10(...)`, `\\0x7b`) and the
-kernel echoes what the user wrote. Errors point at the user's text.
+and a string takes two: pointer, length, so `argN:gostring` becomes a `GoString` of both), on
+a kprobe `$argN`; `retval` becomes `$retval` on both. The expression written to the kernel
+is printed from the lowered node, spliced where the user wrote `argN`, so the rest keeps the
+user's own spelling (`+0x10(...)`, `\\0x7b`) and the kernel echoes what the user wrote.
+Errors point at the user's text.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from probescope.errors import SpecError
 from probescope.language.arch import Arch
 from probescope.language.fetchargs import MAX_ARGSTR_LEN
+from probescope.language.go_strings import is_gostring
 from probescope.language.kernel_numbers import ULONG_MAX
 from probescope.language.model import (
     AbiArgument,
@@ -24,6 +26,7 @@ from probescope.language.model import (
     FetchArg,
     FriendlyReturnValue,
     FunctionArg,
+    GoString,
     Register,
     ReturnValue,
     StackEntry,
@@ -50,6 +53,8 @@ def lower_fetchargs(args: tuple[FetchArg, ...], place: Place, *, spec: str) -> t
 def lower_fetcharg(arg: FetchArg, place: Place, *, spec: str) -> FetchArg:
     """One argument lowered; an argument without `argN`/`retval` is returned as it is."""
     variable = innermost(arg.fetch)
+    if is_gostring(arg.type) and isinstance(variable, AbiArgument):
+        return replace(arg, fetch=_lower_go_string(arg, variable, place, spec))
     if not isinstance(variable, AbiArgument | FriendlyReturnValue):
         return arg
     lowered = _lower_variable(variable, place, spec)
@@ -66,6 +71,35 @@ def lower_fetcharg(arg: FetchArg, place: Place, *, spec: str) -> FetchArg:
             hint=f"{variable.spelling} becomes {text} here",
         )
     return replace(arg, fetch=_replace_innermost(arg.fetch, lowered), expression=expression)
+
+
+def _lower_go_string(arg: FetchArg, variable: AbiArgument, place: Place, spec: str) -> GoString:
+    """`argN:gostring`: Go's register ABI passes the pointer in argN, the length in the next
+    word. The expression keeps the user's text: no kernel line can carry it."""
+    if not (place.user and place.go_abi):
+        type_column = (arg.column or 0) + arg.expression.rfind(":") + 1
+        raise SpecError(
+            "gostring reads a string passed by Go's register ABI (pointer in argN, length in "
+            "arg(N+1)); this function does not take Go's register ABI",
+            spec=spec,
+            column=type_column,
+            hint="probe a function of a Go binary (Go 1.17 or later on amd64, 1.18 on arm64); "
+            "a C string is +0(argN):string",
+        )
+    number = variable.number
+    pointer = place.arch.arg_register(number, go=True)
+    length = place.arch.arg_register(number + 1, go=True)
+    if pointer is None or length is None:
+        registers = len(place.arch.go_arg_registers)
+        raise SpecError(
+            f"a Go string in arg{number} needs arg{number + 1} for its length; Go passes only "
+            f"{registers} words in registers, the rest on the stack in a layout only the "
+            "parameters' types tell",
+            spec=spec,
+            column=variable.column,
+            hint=f"a string's pointer is at most arg{registers - 1}",
+        )
+    return GoString(Register(pointer), Register(length))
 
 
 def _lower_variable(variable: AbiArgument | FriendlyReturnValue, place: Place, spec: str) -> Fetch:

@@ -204,6 +204,19 @@ class Dereference:
         return f"{sign}{'u' if self.user else ''}{abs(self.offset)}({self.base})"
 
 
+@dataclass(frozen=True)
+class GoString:
+    """A Go string passed as two words, `pointer` and `length` (friendly `argN:gostring` of a
+    Go function, lowered): the bytes pointer[0:length]. The kernel's fetch grammar has no way
+    to bound a read by a length, so only engines that read memory themselves take it."""
+
+    pointer: Fetch
+    length: Fetch
+
+    def __str__(self) -> str:
+        return f"gostring({self.pointer},{self.length})"
+
+
 Fetch = (
     Register
     | Memory
@@ -220,6 +233,7 @@ Fetch = (
     | Dereference
     | AbiArgument
     | FriendlyReturnValue
+    | GoString
 )
 FriendlyVariable = AbiArgument | FriendlyReturnValue
 

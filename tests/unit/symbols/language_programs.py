@@ -94,6 +94,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 )
 
 //go:noinline
@@ -102,7 +103,23 @@ func Add(a, b int) int { return a*3 + b }
 //go:noinline
 func Greet(name string, times int) int { return len(name) * times }
 
+//go:noinline
+func Say(s string, n int) int { return len(s) + n }
+
+// sayStrings passes Say the strings of tests/integration/cross_engine/test_go_strings.py.
+func sayStrings() int {
+	long := strings.Repeat("probescope-", 10)
+	sentence := "the gopher said hello to the world"
+	total := Say("hello", 1) + Say("", 2) + Say(long, 3) + Say(sentence[4:10], 4)
+	total += Say("h\u00e9llo, \u4e16\u754c", 5) + Say(strings.Repeat("x", 5000), 6)
+	return total
+}
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "strings" {
+		fmt.Println(sayStrings())
+		return
+	}
 	n := 1
 	if len(os.Args) > 1 {
 		n, _ = strconv.Atoi(os.Args[1])

@@ -9,7 +9,8 @@ semantics for uprobes (kernel/trace/trace_uprobe.c `process_fetch_insn`, trace_p
   value is dropped: a number reads 0, a string is a fault;
 - the last step stores: a register value directly, memory with `bpf_probe_read_user` into the
   record (zeroed when it faults), arrays element by element when the whole read faults,
-  bitfields shifted `<< (64-w-o) >> (64-w)`, strings as source addresses for `strings.py`.
+  bitfields shifted `<< (64-w-o) >> (64-w)`, strings as source addresses for `strings.py`
+  (a Go string as its pointer and its length).
 
 Register conventions of every program built here: r6 the context (`pt_regs *`), r7 the record
 (ring-buffer space or a per-CPU scratch value), r9 the value being computed; r1-r5 and r0 are
@@ -46,6 +47,7 @@ from probescope.language.model import (
     Dereference,
     Fetch,
     FileOffset,
+    GoString,
     Immediate,
     ImmediateString,
     Memory,
@@ -60,6 +62,7 @@ RECORD = Reg.R7
 VALUE = Reg.R9
 SLOT = -8  # fp-8: the load slot
 _S32 = range(-(1 << 31), 1 << 31)
+_GO_STRING_WORDS = (Register, StackEntry)
 
 
 class Unsupported(BpfError):
@@ -294,6 +297,12 @@ class FetchCompiler:
         caller (see `StringSource`)."""
         arg = slot.arg
         e = self.e
+        if isinstance(arg.fetch, GoString):  # the pointer, then the length (a Go int)
+            self.first_stage(arg.fetch.pointer)
+            e.emit(stx(8, RECORD, store, VALUE))
+            self.first_stage(arg.fetch.length)
+            e.emit(stx(8, RECORD, store + 8, VALUE))
+            return
         fault = e.fresh("sfault")
         done = e.fresh("sdone")
         program = FetchProgram.of(arg.fetch)
@@ -326,6 +335,13 @@ class FetchCompiler:
 
 def check_expressible(fetch: Fetch, arg_type: ArgType, *, is_return: bool) -> str | None:
     """Why this compiler cannot fetch the argument (None when it can)."""
+    if isinstance(fetch, GoString):
+        if not arg_type.is_string or arg_type.count:
+            return f"{fetch} needs the gostring type"
+        words = (fetch.pointer, fetch.length)
+        if not all(isinstance(word, _GO_STRING_WORDS) for word in words):
+            return f"{fetch}: a Go string's words are registers or stack slots"
+        return None
     first = FetchProgram.of(fetch).first
     if isinstance(first, ReturnValue) and not is_return:
         return "$retval is only valid on return probes"

@@ -8,6 +8,10 @@ scratch value (trace_probe_tmpl.h `__get_data_size` then `store_trace_args`):
    to that many bytes (its last one the NUL), nothing left or a fault stores length 0, the
    kernel's `(fault)`.
 
+A Go string (`GoString`) is measured as its length plus the NUL (a length above
+MAX_STRING_SIZE - 1 is cut to it, a negative one is a fault) and copied with
+bpf_probe_read_user of exactly that many bytes (no NUL is looked for: a Go string has none), then
+a NUL; an empty one is stored without a read, an unreadable one is a fault.
 `$comm` is measured and copied from the comm in the record header; an immediate string
 (`\\"TEXT"`) is a fault, as the kernel's copy from user space of a kernel pointer is.
 Registers: r8 holds the total, then what is left; r9 the bytes copied so far.
@@ -30,6 +34,7 @@ from probescope.engines.bpf.insn import (
     ldx,
     mov64_imm,
     mov64_reg,
+    st_imm,
     stx,
 )
 from probescope.engines.bpf.record import (
@@ -39,7 +44,7 @@ from probescope.engines.bpf.record import (
     PAGE_SIZE,
     RecordLayout,
 )
-from probescope.language.model import Comm, ImmediateString
+from probescope.language.model import Comm, GoString, ImmediateString
 
 TOTAL = Reg.R8
 LEFT = Reg.R8
@@ -48,6 +53,7 @@ COPIED = Reg.R9
 
 class SourceKind(Enum):
     USER = "user"
+    GO = "go"  # a Go string: its pointer in the address slot, its length in the next word
     COMM = "comm"
     FAULT = "fault"
 
@@ -56,7 +62,7 @@ class SourceKind(Enum):
 class StringSource:
     kind: SourceKind
     word: int  # record offset of its `__data_loc` word
-    address_slot: int = -1  # scratch offset of its user address (USER only)
+    address_slot: int = -1  # scratch offset of its user address (USER and GO)
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,8 @@ class ScratchLayout:
 
     @property
     def value_size(self) -> int:
-        return self.address_table + 8 * max(1, len(self.sources))
+        words = sum(2 if s.kind is SourceKind.GO else 1 for s in self.sources)
+        return self.address_table + 8 * max(1, words)
 
     @classmethod
     def plan(cls, record: RecordLayout) -> ScratchLayout:
@@ -97,6 +104,9 @@ class ScratchLayout:
                     sources.append(StringSource(SourceKind.COMM, word))
                 elif isinstance(first, ImmediateString):
                     sources.append(StringSource(SourceKind.FAULT, word))
+                elif isinstance(first, GoString):
+                    sources.append(StringSource(SourceKind.GO, word, user))
+                    user += 2
                 else:
                     sources.append(StringSource(SourceKind.USER, word, user))
                     user += 1
@@ -105,7 +115,7 @@ class ScratchLayout:
         table = layout.address_table
         placed = tuple(
             StringSource(s.kind, s.word, table + 8 * s.address_slot)
-            if s.kind is SourceKind.USER
+            if s.kind in (SourceKind.USER, SourceKind.GO)
             else s
             for s in sources
         )
@@ -170,6 +180,10 @@ def emit_strings(fc: FetchCompiler, scratch: ScratchLayout) -> None:
             e.emit(mov64_imm(Reg.R2, COMM_SIZE), mov64_reg(Reg.R3, RECORD))
             e.emit(alu64_imm(Alu.ADD, Reg.R3, OFF_COMM))
             e.call(Helper.PROBE_READ_KERNEL_STR)
+        elif source.kind is SourceKind.GO:
+            # its length, cut to MAX_STRING_SIZE with the NUL; a negative one is no string
+            _go_string_bytes(fc, source, skip)
+            e.emit(alu64_imm(Alu.ADD, Reg.R0, 1))
         else:
 
             def measure_into() -> None:
@@ -210,6 +224,8 @@ def emit_strings(fc: FetchCompiler, scratch: ScratchLayout) -> None:
                 copy_into()
                 e.emit(mov64_reg(Reg.R3, RECORD), alu64_imm(Alu.ADD, Reg.R3, OFF_COMM))
                 e.call(Helper.PROBE_READ_KERNEL_STR)
+            elif source.kind is SourceKind.GO:
+                _copy_go_string(fc, source, copy_into, budget, record.strings_offset, fault)
             else:
                 _read_user_string(fc, copy_into, source.address_slot, PAGE_SIZE)
             e.jump(Jmp.JSLE, Reg.R0, 0, fault)
@@ -223,3 +239,51 @@ def emit_strings(fc: FetchCompiler, scratch: ScratchLayout) -> None:
         e.emit(mov64_reg(Reg.R1, COPIED), alu64_imm(Alu.ADD, Reg.R1, record.strings_offset))
         e.emit(stx(4, RECORD, source.word, Reg.R1))
         e.label(done)
+
+
+def _go_string_bytes(fc: FetchCompiler, source: StringSource, negative: str) -> None:
+    """r0 = the Go string's length, at most MAX_STRING_SIZE - 1 (room for the NUL); a
+    negative length jumps to `negative`."""
+    e = fc.e
+    short = e.fresh("goshort")
+    e.emit(ldx(8, Reg.R0, RECORD, source.address_slot + 8))
+    e.jump(Jmp.JSLT, Reg.R0, 0, negative)
+    e.jump(Jmp.JLE, Reg.R0, MAX_STRING_SIZE - 1, short)
+    e.emit(mov64_imm(Reg.R0, MAX_STRING_SIZE - 1))
+    e.label(short)
+
+
+def _copy_go_string(
+    fc: FetchCompiler,
+    source: StringSource,
+    copy_into: Callable[[], None],
+    budget: int,
+    strings_offset: int,
+    fault: str,
+) -> None:
+    """Copy exactly the Go string's bytes (bpf_probe_read_user of its length, cut to what is
+    left less one) and a NUL after them; leaves r0 = the bytes stored, NUL included. Its
+    length slot holds the byte count across the helper call (r6-r9 are all taken)."""
+    e = fc.e
+    count = source.address_slot + 8
+    fits = e.fresh("gofits")
+    empty = e.fresh("goempty")
+    _go_string_bytes(fc, source, fault)
+    e.jump(Jmp.JLT, Reg.R0, LEFT, fits)
+    e.emit(mov64_reg(Reg.R0, LEFT), alu64_imm(Alu.SUB, Reg.R0, 1))
+    e.label(fits)
+    e.jump(Jmp.JGT, Reg.R0, budget, fault)  # for the verifier (never taken)
+    e.emit(stx(8, RECORD, count, Reg.R0))
+    copy_into()
+    e.emit(ldx(8, Reg.R2, RECORD, count))
+    e.jump(Jmp.JGT, Reg.R2, budget, fault)
+    e.jump(Jmp.JEQ, Reg.R2, 0, empty)  # "" (Go's may have a nil pointer): nothing to read
+    e.emit(ldx(8, Reg.R3, RECORD, source.address_slot))
+    e.call(fc.read_user)
+    e.jump(Jmp.JNE, Reg.R0, 0, fault)
+    e.label(empty)
+    e.emit(ldx(8, Reg.R0, RECORD, count))
+    e.jump(Jmp.JGT, Reg.R0, budget, fault)
+    e.emit(mov64_reg(Reg.R1, RECORD), alu64_reg(Alu.ADD, Reg.R1, COPIED))
+    e.emit(alu64_reg(Alu.ADD, Reg.R1, Reg.R0), st_imm(1, Reg.R1, strings_offset, 0))
+    e.emit(alu64_imm(Alu.ADD, Reg.R0, 1))

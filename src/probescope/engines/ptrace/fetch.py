@@ -11,6 +11,9 @@ size, or string), then bitfield and array stages — and turned into a Python cl
 - strings obey the kernel's two passes: each string's length is measured with strnlen up to
   MAX_STRING_SIZE (a longer one counts 0), the total is clamped so the record fits one page,
   then strings are copied in order, each truncated to what is left; nothing left → fault;
+- a Go string (`GoString`: pointer and length) is exactly its `length` bytes, cut to
+  MAX_STRING_SIZE with its NUL like any string; length 0 is "" without a read, a negative
+  length or unreadable bytes a fault;
 - immediate strings (`\\"text"`) read as a fault, as uprobes do on Linux 6.18 (the kernel copies
   them with strncpy_from_user from a kernel pointer).
 """
@@ -32,6 +35,7 @@ from probescope.language.model import (
     Fetch,
     FetchArg,
     FileOffset,
+    GoString,
     Immediate,
     ImmediateString,
     Memory,
@@ -58,6 +62,7 @@ class FetchContext:
 
 _COMM = object()
 _FAULT = object()
+_GO = object()
 Value = Callable[[FetchContext], Any]
 
 
@@ -141,13 +146,15 @@ def _unpacker(size: int) -> Callable[[bytes], int]:
 
 
 class _StringSource:
-    """Where one string of a hit comes from: an address, the comm, or a fault."""
+    """Where one string of a hit comes from: an address, the comm, or a fault; a Go string
+    (kind _GO) also has its length."""
 
-    __slots__ = ("address", "kind")
+    __slots__ = ("address", "kind", "length")
 
-    def __init__(self, kind: object, address: int = 0) -> None:
+    def __init__(self, kind: object, address: int = 0, length: int = 0) -> None:
         self.kind = kind
         self.address = address
+        self.length = length
 
 
 @dataclass
@@ -160,7 +167,32 @@ class CompiledArg:
     count: int = 0
 
 
+def _compile_go_string(fetch: GoString, is_return: bool) -> Value:
+    """A Go string: its pointer and its length (a signed Go int) from the first stage."""
+    pointer = _first_stage(fetch.pointer, is_return)
+    length = _first_stage(fetch.length, is_return)
+
+    def sources(ctx: FetchContext) -> list[_StringSource]:
+        size = int(length(ctx)) & _U64
+        if size >> 63:
+            return [_StringSource(_FAULT)]  # negative: not a string
+        return [_StringSource(_GO, int(pointer(ctx)) & _U64, size)]
+
+    return sources
+
+
+def _read_go_string(memory: TraceeMemory, source: _StringSource) -> tuple[bytes, bool] | None:
+    """Exactly pointer[0:length], cut to MAX_STRING_SIZE with its NUL; None on a fault."""
+    size = min(source.length, MAX_STRING_SIZE - 1)
+    if size == 0:
+        return b"", True  # Go's empty string (its pointer may be nil): nothing to read
+    data = memory.read_exact(source.address, size)
+    return None if data is None else (data, True)
+
+
 def compile_arg(arg: FetchArg, is_return: bool) -> CompiledArg:
+    if isinstance(arg.fetch, GoString):
+        return CompiledArg(arg.name, True, 4, strings=_compile_go_string(arg.fetch, is_return))
     fetch, offsets = _program(arg.fetch)
     arg_type = arg.type
     first = _first_stage(fetch, is_return)
@@ -319,6 +351,11 @@ class ProbeFetcher:
                     total += len(text) + 1
                 elif source.kind is _FAULT:
                     row.append(None)
+                elif source.kind is _GO:
+                    got = _read_go_string(ctx.memory, source)
+                    row.append(got)
+                    if got is not None:
+                        total += len(got[0]) + 1
                 else:
                     got = ctx.memory.read_string(source.address, MAX_STRING_SIZE)
                     row.append(got)

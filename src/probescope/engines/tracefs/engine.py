@@ -50,6 +50,7 @@ from probescope.engines.tracefs.session_events import (
     enable_tracepoints,
     event_filters,
     install,
+    kernel_refusal,
     session_specs,
     set_event_filters,
 )
@@ -151,9 +152,15 @@ class TracefsEngine:
             )
         return Availability(True)
 
+    def unsupported(self, probes: Sequence[ResolvedProbe], *, auto: bool = False) -> str | None:
+        return kernel_refusal(probes)  # what no uprobe_events line can carry: a Go string
+
     # -- attach ---------------------------------------------------------------------------
 
     def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
+        refusal = kernel_refusal(probes)
+        if refusal:
+            raise EngineUnavailable(f"the tracefs engine cannot run {refusal}")
         tracefs = self._tracefs or Tracefs.discover()
         self._tracefs = tracefs
         dynamic = [p for p in probes if isinstance(p.spec, ProbeSpec)]

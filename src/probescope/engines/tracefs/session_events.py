@@ -15,6 +15,7 @@ from probescope.engines.tracefs.tracefs import Tracefs
 from probescope.errors import SpecError, TracefsError
 from probescope.events import EventType
 from probescope.language.event_names import first_free
+from probescope.language.go_strings import KERNEL_CANNOT, kernel_inexpressible
 from probescope.language.kinds import BY_KIND
 from probescope.language.model import ProbeSpec
 from probescope.language.resolved import ResolvedProbe
@@ -27,6 +28,18 @@ class SessionSpecs:
 
     specs: list[ProbeSpec] = field(default_factory=list)
     types: dict[str, EventType] = field(default_factory=dict)
+
+
+def kernel_refusal(probes: Sequence[ResolvedProbe]) -> str | None:
+    """Why some probe's arguments cannot be written to uprobe_events (None when all can)."""
+    for probe in probes:
+        if isinstance(probe.spec, ProbeSpec):
+            for arg in kernel_inexpressible(probe.spec.args):
+                return (
+                    f"{probe.label}: {arg.name}={arg.expression}: {KERNEL_CANNOT} "
+                    "(--engine bpf or --engine ptrace read it)"
+                )
+    return None
 
 
 def session_specs(probes: Sequence[ResolvedProbe], group: str) -> SessionSpecs:
