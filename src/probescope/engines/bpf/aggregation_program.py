@@ -229,10 +229,11 @@ def emit_enter_generation(e: Emitter, maps: AggregationMaps, leave: str) -> None
     _read_generation(e, maps, leave)
     e.emit(ldx(8, Reg.R1, Reg.FP, GEN_SLOT), ldx(8, Reg.R2, Reg.FP, TEMP_SLOTS[0]))
     e.jump(Jmp.JEQ, Reg.R1, Reg.R2, marked)
-    # switched meanwhile: move the mark to the new generation
-    e.emit(stx(8, Reg.FP, GEN_SLOT, Reg.R2))
+    # switched meanwhile: move the mark to the new generation (kept on the stack: marking
+    # calls a helper, which clobbers r1-r5)
+    e.emit(stx(8, Reg.FP, TEMP_SLOTS[1], Reg.R1), stx(8, Reg.FP, GEN_SLOT, Reg.R2))
     _mark_inflight(e, maps, -1, leave)
-    e.emit(stx(8, Reg.FP, GEN_SLOT, Reg.R1))
+    e.emit(ldx(8, Reg.R1, Reg.FP, TEMP_SLOTS[1]), stx(8, Reg.FP, GEN_SLOT, Reg.R1))
     _mark_inflight(e, maps, 1, leave)
     e.label(marked)
 

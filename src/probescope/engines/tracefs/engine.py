@@ -54,7 +54,7 @@ from probescope.engines.tracefs.session_events import (
     session_specs,
     set_event_filters,
 )
-from probescope.engines.tracefs.spool import PageSpool
+from probescope.engines.tracefs.spool import PageSpool, idle_wait_for
 from probescope.engines.tracefs.static_plan import check_functions, plan_tracepoints
 from probescope.engines.tracefs.task_names import TaskNames
 from probescope.engines.tracefs.tracefs import Tracefs
@@ -235,6 +235,15 @@ class TracefsEngine:
             self._watch_targets(pids)
             if pids:
                 instance.set_event_pids(pids, target.follow_children)
+            if functions:
+                # before the recorder opens trace_pipe_raw: 6.1 refuses it then (EBUSY)
+                self._stats.notes += start_function_tracer(
+                    instance,
+                    functions,
+                    pids,
+                    follow=target.follow_children,
+                    stack=self.options.function_stack,
+                )
             layout = self._decoder.layout
             self._reader = PageSpool(
                 {cpu: instance.trace_pipe_raw(cpu) for cpu in instance.cpus()},
@@ -244,6 +253,7 @@ class TracefsEngine:
                 ring_empty=self._buffer_drained,
                 final_drain_seconds=FINAL_DRAIN_SECONDS,
                 wake_fds=self._target_fds,
+                idle_wait=idle_wait_for(self.kernel.grammar.release),
             )
             self._reader.start()
             self._quiet(instance, functions=bool(functions))
@@ -252,14 +262,6 @@ class TracefsEngine:
             if specs:
                 enable_group(instance, self.group, specs)
             enable_tracepoints(instance, tracepoints)
-            if functions:
-                self._stats.notes += start_function_tracer(
-                    instance,
-                    functions,
-                    pids,
-                    follow=target.follow_children,
-                    stack=self.options.function_stack,
-                )
             if self._command is not None:
                 self._command.release()
         except BaseException:

@@ -27,6 +27,17 @@ SUB_BUFFER, CAUGHT_UP = 0, 1
 _ENTRIES = 0  # the recorder's published counter: log entries written
 
 
+WAKING_KERNEL = (6, 6)
+"""From this release on, poll on trace_pipe_raw wakes at the first event with buffer_percent 0
+(measured on 6.18); Linux 6.1 was seen never to wake the recorder at all."""
+
+
+def idle_wait_for(release: tuple[int, ...]) -> float | None:
+    """How long the recorder sleeps with nothing to read: until the kernel wakes it (None), or,
+    on kernels whose poll does not, a tenth of a second before it looks again."""
+    return None if tuple(release[:2]) >= WAKING_KERNEL else 0.1
+
+
 class PageSpool:
     """Sub-buffers from every CPU through a recorder process, in the recorder's read order.
 
@@ -48,10 +59,12 @@ class PageSpool:
         final_drain_seconds: float = 2.0,
         coalesce_seconds: float = 0.005,
         wake_fds: Sequence[int] = (),
+        idle_wait: float | None = None,
     ) -> None:
         self.subbuffer_size = subbuffer_size
         self.interval = interval
         self.coalesce_seconds = coalesce_seconds
+        self.idle_wait = idle_wait
         self.ring_empty = ring_empty
         self.final_drain_seconds = final_drain_seconds
         self.cpus = list(paths)
@@ -131,7 +144,7 @@ class PageSpool:
                 # caught up — which lets the merge release everything read, the newest too.
                 time.sleep(self.coalesce_seconds)
             else:
-                kernel.wait(None)  # until the kernel has an event for us, or we are told
+                kernel.wait(self.idle_wait)  # until the kernel has an event for us, or told
             if recorder.finish_requested():
                 finishing_since = time.monotonic()
 
