@@ -21,6 +21,7 @@ from probescope.symbols.locate import locate_binary
 from probescope.symbols.resolve import resolve_specs
 from probescope.system.procfs import process_root, same_mount_namespace
 from support.build import compile_program
+from support.namespaces import namespaced_ticker, ticker
 from support.tracefs import leftovers
 
 pytestmark = pytest.mark.root
@@ -48,7 +49,7 @@ int main(void)
 
 
 def _ticker() -> Path:
-    return compile_program((TARGETS / "ticker.c").read_text(), "ticker", ("-O1", "-g"))
+    return ticker()
 
 
 @pytest.fixture(autouse=True)
@@ -61,36 +62,8 @@ def nothing_left_behind() -> Iterator[None]:
 @pytest.fixture
 def namespaced(tmp_path: Path) -> Iterator[tuple[int, str]]:
     """The ticker, run from a tmpfs mounted in a private mount namespace only: (pid, path)."""
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare (util-linux)")
-    mountpoint = tmp_path / "private"
-    mountpoint.mkdir()
-    path = f"{mountpoint}/ticker"
-    script = (
-        f"mount -t tmpfs probescope-test {mountpoint} && cp {_ticker()} {path} && "
-        f"exec {path} -1 2000"
-    )
-    process = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.skip(f"unshare -m failed: {process.stderr.read().decode().strip()}")  # type: ignore[union-attr]
-            try:
-                if os.readlink(f"/proc/{process.pid}/exe") == path:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.02)
-        assert not os.path.exists(path), "the tmpfs must be private to the namespace"
-        yield process.pid, path
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with namespaced_ticker(tmp_path) as running:
+        yield running
 
 
 def _events(spec: str, pid: int, engine: str, count: int = 3) -> int:
