@@ -53,6 +53,7 @@ def test_each_event_shows_while_the_program_still_runs(stepper: Path) -> None:
     proc = probescope("-c", str(stepper), f"{stepper}:step n=arg1:s32")
     assert proc.stdin is not None
     try:
+        wait_until_armed(proc.pid)  # start-up is not delivery (seconds in the TCG guest)
         for n in range(3):
             proc.stdin.write("go\n")
             proc.stdin.flush()
@@ -72,6 +73,7 @@ def test_count_stops_at_the_nth_event(stepper: Path) -> None:
     """`-n 1` ends at the first event, not when a second one (or the program's end) comes."""
     proc = probescope("-n", "1", "-c", str(stepper), f"{stepper}:step")
     assert proc.stdin is not None
+    wait_until_armed(proc.pid)  # start-up is not delivery (seconds in the TCG guest)
     proc.stdin.write("go\n")
     proc.stdin.flush()
     started = time.monotonic()
