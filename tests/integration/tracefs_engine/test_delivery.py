@@ -4,6 +4,7 @@ kernel already holds; the summary accounts for every hit the kernel counted."""
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import signal
@@ -18,6 +19,12 @@ from probescope.session import Session
 from support.tracefs import wait_until_armed
 
 pytestmark = pytest.mark.root
+
+RACING_THE_DISABLE = os.cpu_count() or 1
+"""Hits the kernel may count and never write, at most one per CPU: a hit in flight when the
+stop disables its event passed `nhit++` in uprobe_dispatcher before the flag test that skips
+the write (seen on the 6.1 guest, once per stop; never on 6.18 here). The summary names them
+"not recorded"."""
 
 
 def probescope(*args: str, **kw: object) -> subprocess.Popen[str]:
@@ -114,8 +121,9 @@ def test_after_a_stop_every_kernel_hit_is_accounted_for(
     if count is not None:
         assert len(shown) == count
     assert summary.lost == 0
-    assert len(shown) + after == kernel, (len(shown), after, kernel)
-    assert summary.unrecorded("uprobes/work") == 0
+    unrecorded = summary.unrecorded("uprobes/work")
+    assert len(shown) + after + unrecorded == kernel, (len(shown), after, unrecorded, kernel)
+    assert unrecorded <= RACING_THE_DISABLE, (len(shown), after, kernel)
 
 
 def test_ctrl_c_delivers_what_the_kernel_holds_and_accounts_for_the_rest(
@@ -134,8 +142,9 @@ def test_ctrl_c_delivers_what_the_kernel_holds_and_accounts_for_the_rest(
     shown, kernel, *rest = summary_row(err, "uprobes/work")
     after = rest[0] if rest else 0
     assert shown == len(output.read_text().splitlines())
-    assert shown + after == kernel, err
-    assert "not recorded" not in err
+    unrecorded = rest[1] if len(rest) > 1 else 0
+    assert shown + after + unrecorded == kernel, err
+    assert unrecorded <= RACING_THE_DISABLE, err
 
 
 def test_a_pid_target_exiting_delivers_its_last_events(busy: Path, stepper: Path) -> None:
