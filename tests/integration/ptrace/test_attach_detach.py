@@ -4,6 +4,7 @@ afterwards the program runs on unharmed, with every byte of its text as in the f
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -269,6 +270,57 @@ def test_attach_and_detach_while_threads_come_and_go(target):
             time.sleep(0.05)
         out, _ = program.communicate(timeout=30)
         assert out == b"sum ok\n" and program.returncode == 0
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait()
+
+
+def _signal_dispositions(pid: int) -> tuple[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    return fields["SigCgt"], fields["SigIgn"]
+
+
+def test_detach_while_a_signal_handler_interrupted_a_slot(target):
+    """A signal that arrives during a hit is delivered with the thread in the probed
+    instruction's XOL slot, so its handler's signal frame holds a pc in our pages. Detaching
+    while the handler runs still unmaps every page and gives back every signal disposition (the
+    frame's pc is moved to the original instruction, as the thread's own ip would be), and the
+    handler returns to the program's own code."""
+    path = target("held_signal.c")
+    probe = make_probe(path, "work", "x=%di:s64")  # `push %rbp`: run from its slot
+    program = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert program.stdout.readline() == "running\n"
+        before_maps = _anonymous_executable_mappings(program.pid)
+        before_dispositions = _signal_dispositions(program.pid)
+        engine = PtraceEngine()
+        sent = []
+
+        def signal_during_the_hit(ctx) -> None:
+            if not sent:
+                os.kill(ctx.tid, signal.SIGUSR1)  # delivered as the thread resumes in the slot
+                sent.append(ctx.tid)
+
+        engine.on(probe, signal_during_the_hit)
+        engine.attach([probe], Target(pids=(program.pid,)))
+        events = engine.events()
+        deadline = time.monotonic() + 30
+        for _ in events:  # serve the signal's stop until the handler runs
+            if sent and select.select([program.stdout], [], [], 0)[0]:
+                break
+            assert time.monotonic() < deadline, "the handler never ran"
+        assert program.stdout.readline() == "in handler\n"
+        events.close()  # detaches
+        assert _tracer_of(program.pid) == 0
+        assert text_differences(program.pid, path) == []
+        assert _anonymous_executable_mappings(program.pid) == before_maps
+        assert _signal_dispositions(program.pid) == before_dispositions
+        program.stdin.write("go\n")
+        program.stdin.flush()
+        assert program.stdout.readline() == "correct yes\n"
+        assert program.wait(10) == 0
     finally:
         if program.poll() is None:
             program.kill()

@@ -165,9 +165,10 @@ def release_areas(
     process: AddressSpace, threads: list[Thread], stopped: Thread, injector: SyscallInjector
 ) -> bool:
     """Uninstall the dead man's switch and munmap our pages, unless something still points
-    into them (a stacked return address, a signal frame, a thread inside the switch's
-    handler): then they stay, harmless (the switch, with no site left, only serves returns
-    through the trampoline). True when released."""
+    into them once stacked pcs were moved out of our slots (a return through the trampoline
+    that could not be put back, a thread inside the switch's handler): then they stay,
+    harmless (the switch, with no site left, only serves returns through the trampoline).
+    True when released."""
     if stopped.process is not process:
         return False
     for thread in threads:
@@ -190,8 +191,16 @@ def release_areas(
 
 def stack_refers_to_xol(process: AddressSpace, thread: Thread) -> bool:
     """Any word from sp to the end of its mapping that points into our pages (the switch's
-    area included). Live return addresses and signal frames are at or above sp; the red zone
-    below only holds dead copies (a returned-from trampoline slot, for instance)."""
+    area included), once stacked pcs in our slots were moved out of them. Live return
+    addresses and signal frames are at or above sp; the red zone below only holds dead copies
+    (a returned-from trampoline slot, for instance).
+
+    A stacked pc inside a slot gets the address the thread would reach from it, as settle()
+    does for the thread's own ip: the pc a signal interrupted in a slot (saved in its handler's
+    signal frame, which sigreturn resumes from) goes to the original instruction (the copy had
+    not run) or past it (the jump back had not); a return address pushed by a call run from a
+    slot, to the call's own return address. The original bytes are back by then. Words that
+    resolve nowhere (the trampoline) stay, and so do our pages."""
     sp = int(thread.regs.rsp)
     try:
         mapping = next((m for m in process.mappings() if m.start <= sp < m.end), None)
@@ -201,12 +210,24 @@ def stack_refers_to_xol(process: AddressSpace, thread: Thread) -> bool:
         return True
     end = min(mapping.end, sp + _MAX_STACK_SCAN)
     cursor = max(sp & ~7, mapping.start)
+    refers = False
     while cursor < end:
         data = process.memory.read(cursor, min(65536, end - cursor))
         if not data:
             return True
-        for (word,) in struct.iter_unpack("<Q", data[: len(data) & ~7]):
-            if process.ours(word):
-                return True
+        for index, (word,) in enumerate(struct.iter_unpack("<Q", data[: len(data) & ~7])):
+            if process.ours(word) and not _move_out_of_slot(process, cursor + 8 * index, word):
+                refers = True
         cursor += len(data)
-    return False
+    return refers
+
+
+def _move_out_of_slot(process: AddressSpace, address: int, word: int) -> bool:
+    """Rewrite the stacked pc `word` at `address` to where it leads out of our slots; False
+    when it leads nowhere (or the write fails)."""
+    if not process.in_xol(word):
+        return False
+    resolved = out_of_slot(process, word)
+    if resolved is None or process.ours(resolved):
+        return False
+    return process.memory.write_data(address, struct.pack("<Q", resolved))
