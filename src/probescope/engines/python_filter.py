@@ -27,10 +27,11 @@ from probescope.language.event_filter import (
     Not,
     Or,
     Predicate,
+    check_string_operator,
     fields_of,
     glob_kind,
+    number_operand,
     parse_filter,
-    parse_number,
 )
 from probescope.language.model import ArgType, FetchArg, ProbeSpec
 from probescope.language.resolved import ResolvedProbe
@@ -142,33 +143,10 @@ def _predicate(predicate: Predicate, fields: dict[str, _Field], spec: str, colum
         )
     get = field.get
     if not field.string:
-        if predicate.op == "~":
-            raise error(
-                f"'~' (glob match) is for strings; {predicate.field!r} is a number",
-                predicate.column,
-            )
-        value = parse_number(predicate.value)
-        if value is None or predicate.quoted:
-            raise error(
-                f"{predicate.field!r} is a number; {predicate.value!r} is not an integer",
-                predicate.value_column,
-            )
-        if value < 0 and not field.signed:
-            raise error(
-                f"{predicate.field!r} is unsigned; {predicate.value!r} is negative",
-                predicate.value_column,
-            )
-        bits = 8 * field.size
-        value &= (1 << bits) - 1  # the kernel casts the value to the field's type
-        if field.signed and value >= 1 << (bits - 1):
-            value -= 1 << bits
+        value = number_operand(predicate, field.size, field.signed, error)
         compare = _NUMBER_TESTS[predicate.op]
         return lambda event: compare(get(event), value)
-    if predicate.op not in ("==", "!=", "~"):
-        raise error(
-            f"string field {predicate.field!r} compares with ==, != or ~, not {predicate.op!r}",
-            predicate.column,
-        )
+    check_string_operator(predicate, error)
     text = predicate.value
     if predicate.op != "~":
         equal = predicate.op == "=="

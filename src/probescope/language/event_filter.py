@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 from probescope.errors import SpecError
 
@@ -112,6 +113,44 @@ def parse_number(text: str) -> int | None:
     except ValueError:
         return None
     return None
+
+
+class OperandError(Protocol):
+    def __call__(self, message: str, at: int, hint: str | None = None) -> SpecError: ...
+
+
+def number_operand(predicate: Predicate, size: int, signed: bool, error: OperandError) -> int:
+    """The value a number field of `size` bytes is compared with, cast to the field's type as
+    the kernel casts it; `error(message, column)` for what the kernel would refuse."""
+    if predicate.op == "~":
+        raise error(
+            f"'~' (glob match) is for strings; {predicate.field!r} is a number", predicate.column
+        )
+    value = parse_number(predicate.value)
+    if value is None or predicate.quoted:
+        raise error(
+            f"{predicate.field!r} is a number; {predicate.value!r} is not an integer",
+            predicate.value_column,
+        )
+    if value < 0 and not signed:
+        raise error(
+            f"{predicate.field!r} is unsigned; {predicate.value!r} is negative",
+            predicate.value_column,
+        )
+    bits = 8 * size
+    value &= (1 << bits) - 1
+    if signed and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+def check_string_operator(predicate: Predicate, error: OperandError) -> None:
+    """A string field compares with ==, != or ~ only."""
+    if predicate.op not in ("==", "!=", "~"):
+        raise error(
+            f"string field {predicate.field!r} compares with ==, != or ~, not {predicate.op!r}",
+            predicate.column,
+        )
 
 
 def _tokenize(text: str, where: str, column: int) -> list[_Token]:

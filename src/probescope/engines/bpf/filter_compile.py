@@ -44,9 +44,10 @@ from probescope.language.event_filter import (
     Not,
     Or,
     Predicate,
+    check_string_operator,
     fields_of,
     glob_kind,
-    parse_number,
+    number_operand,
 )
 
 MAX_MIDDLE_PATTERN = 64
@@ -124,32 +125,9 @@ def _plan(
     if place is None:
         raise error(f"no field {predicate.field!r} to filter on", predicate.column, fields_hint)
     if isinstance(place, NumberField):
-        if predicate.op == "~":
-            raise error(
-                f"'~' (glob match) is for strings; {predicate.field!r} is a number",
-                predicate.column,
-            )
-        value = parse_number(predicate.value)
-        if value is None or predicate.quoted:
-            raise error(
-                f"{predicate.field!r} is a number; {predicate.value!r} is not an integer",
-                predicate.value_column,
-            )
-        if value < 0 and not place.signed:
-            raise error(
-                f"{predicate.field!r} is unsigned; {predicate.value!r} is negative",
-                predicate.value_column,
-            )
-        bits = 8 * place.size
-        value &= (1 << bits) - 1  # the kernel casts the value to the field's type
-        if place.signed and value >= 1 << (bits - 1):
-            value -= 1 << bits
+        value = number_operand(predicate, place.size, place.signed, error)
         return PredicatePlan(place, predicate.op, number=value)
-    if predicate.op not in ("==", "!=", "~"):
-        raise error(
-            f"string field {predicate.field!r} compares with ==, != or ~, not {predicate.op!r}",
-            predicate.column,
-        )
+    check_string_operator(predicate, error)
     text = predicate.value
     negate = predicate.op == "!="
     match = "full"
