@@ -120,3 +120,16 @@ def wait_until_armed(pid: int, timeout: float = 60.0) -> None:
     while not session_armed(pid):
         assert time.monotonic() < deadline, f"the session of {pid} never armed its probes"
         time.sleep(0.02)
+
+
+def trace_cmd_extract(trace_cmd: str, instance: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """`trace-cmd extract -B INSTANCE -o OUT`, again (up to 3 times) when it failed on the size
+    of /proc/kallsyms: it stats the file and then reads it, and a BPF program loaded or freed
+    in between (the kernel names each in kallsyms) changes the size under it."""
+    for _ in range(3):
+        extracted = subprocess.run(
+            [trace_cmd, "extract", "-B", instance, "-o", str(out)], capture_output=True, text=True
+        )
+        if extracted.returncode == 0 or "/proc/kallsyms" not in extracted.stderr:
+            break
+    return extracted

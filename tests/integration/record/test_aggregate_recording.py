@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from support.tracefs import append, skip_reason, tracefs_root
+from support.tracefs import append, skip_reason, trace_cmd_extract, tracefs_root
 
 pytestmark = [
     pytest.mark.root,
@@ -173,9 +173,7 @@ def test_a_file_trace_cmd_wrote_is_counted_as_trace_cmd_reports_it(
         subprocess.run([str(loop), "15"], check=True, capture_output=True)
         (inst / "tracing_on").write_text("0")
         out = tmp_path / "tc.dat"
-        extracted = subprocess.run(
-            [TRACE_CMD, "extract", "-B", instance, "-o", str(out)], capture_output=True, text=True
-        )
+        extracted = trace_cmd_extract(TRACE_CMD, instance, out)
         assert extracted.returncode == 0, extracted.stderr
     finally:
         if inst.exists():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from support.tracefs import append, skip_reason, tracefs_root
+from support.tracefs import append, skip_reason, trace_cmd_extract, tracefs_root
 
 pytestmark = [
     pytest.mark.root,
@@ -196,9 +196,8 @@ def test_a_file_trace_cmd_wrote_reports_as_trace_cmd_reports_it(loop: Path, tmp_
         subprocess.run([str(loop), "15"], check=True, capture_output=True)
         (inst / "tracing_on").write_text("0")
         out = tmp_path / "tc.dat"
-        subprocess.run(
-            [TRACE_CMD, "extract", "-B", instance, "-o", str(out)], check=True, capture_output=True
-        )
+        extracted = trace_cmd_extract(TRACE_CMD, instance, out)
+        assert extracted.returncode == 0, extracted.stderr
     finally:
         if (root / "instances" / instance).exists():
             (root / "instances" / instance).rmdir()
