@@ -8,12 +8,14 @@ every error probescope raises on purpose. They load on first use, so that `impor
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
 __version__ = "0.1.0"
 
+# No import runs here at all (not even `typing`): `python -m probescope` executes this before
+# the command line can install its Ctrl-C handling, so it must take no time.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from probescope.engines.base import EngineOptions
     from probescope.errors import ProbescopeError
     from probescope.events import Event, EventBatch, EventType
@@ -48,6 +50,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'probescope' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -20,6 +20,7 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from probescope.engines.base import Engine, EngineOptions, EngineStats, Target
+from probescope.engines.launch import check_command
 from probescope.engines.registry import create_engine
 from probescope.errors import ProbescopeError
 from probescope.events import Event, EventBatch
@@ -299,6 +300,8 @@ class Session:
         if self._attached:
             return self
         engine = self.prepare()
+        if self.target.command:
+            check_command(self.target.command)  # before the engine touches anything
         self._attached = True
         self._started = time.monotonic()
         try:

@@ -130,6 +130,12 @@ def _run(words: list[str]) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # a closed output: main() ends quietly with 141
+    except OSError as error:  # the system refused a read or write (e.g. -o /proc/version)
+        where = f": {error.filename}" if error.filename else ""
+        _say(f"error: the system refused a read or write{where}: {error.strerror or error}")
+        return EXIT_UNAVAILABLE
 
 
 def _say(text: str) -> None:

@@ -31,6 +31,21 @@ def name_this_process(name: str) -> None:
     libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
+def check_command(argv: Sequence[str]) -> None:
+    """Refuse a command exec would refuse (not found, missing, a directory, not executable),
+    before anything is armed: a session calls this before its engine touches the kernel."""
+    if not argv:
+        raise ProbescopeError("empty command")
+    program = argv[0]
+    if "/" not in program:
+        if shutil.which(program) is None:
+            raise ProbescopeError(
+                f"command not found: {program!r}", hint="give a path, or check PATH"
+            )
+        return
+    _check_runnable(program)
+
+
 def _check_runnable(path: str) -> None:
     """What exec would refuse for a path, said before anything is forked or armed (exit 2
     touches nothing); what only exec can tell (a bad ELF, a missing interpreter) comes back
@@ -64,12 +79,7 @@ class GatedCommand:
 
     def start(self) -> int:
         program = self.argv[0]
-        if "/" not in program and shutil.which(program) is None:
-            raise ProbescopeError(
-                f"command not found: {program!r}", hint="give a path, or check PATH"
-            )
-        if "/" in program:
-            _check_runnable(program)
+        check_command(self.argv)
         gate_r, gate_w = os.pipe()
         error_r, error_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()

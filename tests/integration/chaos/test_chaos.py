@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import re
 import select
 import signal
 import subprocess
@@ -118,6 +119,22 @@ def current_tracer() -> str:
     return (root / "current_tracer").read_text() if root is not None else ""
 
 
+STARTUP_FILES = ("probescope/__init__.py", "probescope/__main__.py", "probescope/cli/__init__.py")
+
+
+def interrupted_at_interpreter_start(stderr: str) -> bool:
+    """A SIGINT that Python turned into KeyboardInterrupt before any code of probescope's
+    could handle it: while the interpreter starts and runpy imports the package, whose only
+    frames are these import-free modules' top levels (the command's own guard begins in
+    `probescope.cli.main`). No Python program can install a handler earlier."""
+    lines = stderr.strip().splitlines()
+    if not lines or lines[-1] != "KeyboardInterrupt":
+        return False
+    files = re.findall(r'File "([^"]+)"', stderr)
+    ours = [f for f in files if "/probescope/" in f]
+    return all(f.endswith(STARTUP_FILES) for f in ours)
+
+
 def one_run(
     engine: str, kind: str, phase: str, rng: random.Random, program: Path, tally: Tally
 ) -> None:
@@ -179,7 +196,7 @@ def one_run(
         proc.wait()
         status = proc.returncode
         tally.exits[f"signal {-status}" if status < 0 else str(status)] += 1
-        if "Traceback" in stderr:
+        if "Traceback" in stderr and not interrupted_at_interpreter_start(stderr):
             tally.crashes.append(f"{label}: traceback\n{stderr}")
         gone = wait_until(lambda: not owned_by(proc.pid), output, 2.0)
         if not gone:
