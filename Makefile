@@ -42,7 +42,7 @@ bench-deps: system-deps
 test: system-deps venv
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-vm: system-deps venv
 	$(call apt_install,$(VM_PACKAGES))
