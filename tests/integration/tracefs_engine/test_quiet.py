@@ -118,6 +118,9 @@ def test_an_idle_session_reads_no_file_on_a_timer(stepper: Path, observer: Insta
     proc = start("-c", str(stepper), f"{stepper}:step", stdin=subprocess.PIPE)
     try:
         wait_until_armed(proc.pid)
+        # The session's start ends a moment after its probes are enabled: it releases the
+        # command and reads saved_cmdlines once (its task names). Idle begins after that.
+        time.sleep(0.3)
         helpers = helpers_of(proc.pid)
         assert helpers["recorder"] and helpers["watchdog"], helpers
         pids = [pid for group in helpers.values() for pid in group]
