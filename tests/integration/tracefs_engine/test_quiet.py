@@ -28,20 +28,27 @@ pytestmark = pytest.mark.root
 FILE_SYSCALLS = {2, 4, 5, 6, 17, 217, 257, 262, 267, 332}
 
 
-def helpers_of(session: int) -> dict[str, list[int]]:
-    """The session's threads, its recorder (a child named probescope-rec) and its watchdog."""
+def helpers_of(session: int, timeout: float = 10.0) -> dict[str, list[int]]:
+    """The session's threads, its recorder (a child named probescope-rec) and its watchdog.
+
+    The recorder names itself just after the fork, while the session goes on arming: on a slow
+    guest its comm may still be the session's when the events are already enabled."""
     found: dict[str, list[int]] = {
         "session": [int(t) for t in os.listdir(f"/proc/{session}/task")],
         "recorder": [],
         "watchdog": [],
     }
-    children = Path(f"/proc/{session}/task/{session}/children").read_text().split()
-    for child in children:
-        try:
-            if Path(f"/proc/{child}/comm").read_text().strip() == "probescope-rec":
-                found["recorder"].append(int(child))
-        except OSError:
-            continue
+    deadline = time.monotonic() + timeout
+    while not found["recorder"] and time.monotonic() < deadline:
+        children = Path(f"/proc/{session}/task/{session}/children").read_text().split()
+        for child in children:
+            try:
+                if Path(f"/proc/{child}/comm").read_text().strip() == "probescope-rec":
+                    found["recorder"].append(int(child))
+            except OSError:
+                continue
+        if not found["recorder"]:
+            time.sleep(0.01)
     watchdog = watchdog_of(session)
     if watchdog is not None:
         found["watchdog"].append(watchdog)
