@@ -88,6 +88,29 @@ def test_interval_printing_clears_values(workload: Path) -> None:
 
 
 @pytest.mark.root
+@pytest.mark.parametrize("engine", ["bpf", "tracefs", "ptrace"])
+def test_hist_of_the_return_value(workload: Path, engine: str) -> None:
+    """`--of retval` on a return probe needs no argument named retval in the spec."""
+    result = probescope(
+        "hist", "--engine", engine, f"r:{workload}:beta", "--of", "retval", "-f", "json",
+        "-c", f"{workload} hist",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout.splitlines()[1])
+    buckets = {(b.get("min"), b["max"]): b["count"] for b in record["data"]["@retval"]}
+    assert buckets[(64, 127)] == 32  # beta(32..63)
+    # beta(-5) returns the int -10: the 64-bit register (as bpftrace's retval) holds 2**32 - 10
+    assert buckets[(2**31, 2**32 - 1)] == 3
+    assert sum(buckets.values()) == 64 + 3
+
+
+def test_hist_of_retval_without_a_return_probe(workload: Path) -> None:
+    result = probescope("hist", f"{workload}:beta", "--of", "retval", "-c", str(workload))
+    assert result.returncode == 2
+    assert "--of retval needs a return probe" in result.stderr and "r:c:malloc" in result.stderr
+
+
+@pytest.mark.root
 def test_hist_json(workload: Path) -> None:
     result = probescope(
         "hist", f"{workload}:beta x=arg1:s32", "--of", "x", "-f", "json", "-c", f"{workload} hist"

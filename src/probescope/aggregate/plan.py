@@ -178,6 +178,8 @@ class _Planner:
                         extra.append(f"{name}={fetch}:s64")
                 if spec.kind.is_return and "retval" in fields:
                     extra.append(f"{RETURN_VALUE}=$retval:s64")
+                if spec.kind.is_return and request.of == "retval" and "retval" not in names:
+                    extra.append("retval=$retval:s64")  # the value is an argument by that name
                 if request.kind == "latency" and not self.plan.in_kernel:
                     extra.append(f"{STACK_POINTER}=%sp:x64")
             probe = with_arguments(probe, extra, arch=self.arch)
@@ -242,6 +244,11 @@ class _Planner:
         missing = missing_arguments(self.fields, arg_names)
         if self.request.of and self.request.of not in {n for ns in arg_names for n in ns}:
             missing.append(self.request.of)
+        if missing == ["retval"] and self.request.of == "retval":
+            raise AggregationError(
+                "--of retval needs a return probe: no probe given returns",
+                hint="probe the return (e.g. 'r:c:malloc' or 'c:malloc%return')",
+            )
         if missing:
             raise AggregationError(
                 f"no probe has an argument named {missing[0]!r}",
