@@ -117,3 +117,15 @@ def test_auto_takes_an_engine_that_reads_it_and_says_why_tracefs_cannot() -> Non
     assert engine.name == "ptrace"
     (note,) = notes
     assert "tracefs: main.Say: s=arg1:gostring: uprobe_events reads a string up to its NUL" in note
+
+
+def test_fentry_hands_a_go_string_to_ptrace_not_tracefs() -> None:
+    """fentry refuses Go binaries; its fallback must be an engine that reads Go strings."""
+    binary = _go_binary()
+    session = Session([_spec(binary)], engine="fentry", command=[str(binary), "strings"])
+    with session:
+        events = list(session.events(duration=30))
+    assert [(e.arg("s"), e.arg("n")) for e in events] == EXPECTED
+    stats = session.summary().stats
+    assert stats is not None and stats.command_status == 0
+    assert any(note.startswith("ptrace, not tracefs: main.Say fetches s=") for note in stats.notes)

@@ -24,6 +24,8 @@ from probescope.engines.base import Availability, Engine, EngineOptions, EngineS
 from probescope.engines.fentry import safety
 from probescope.engines.fentry.engine import FentryEngine
 from probescope.events import Event, EventBatch
+from probescope.language.go_strings import KERNEL_CANNOT, kernel_inexpressible
+from probescope.language.model import ProbeSpec
 from probescope.language.resolved import ResolvedProbe
 from probescope.system.kernel import RunningKernel
 
@@ -81,7 +83,7 @@ class FallbackEngine:
         if self.fallback == "none":
             self.primary.attach(probes, target)  # raises, listing every refusal
             return
-        secondary_name = self._secondary_name()
+        secondary_name = self._secondary_name(rest)
         for probe in rest:
             self.taken_by[probe] = secondary_name
             self._notes.append(
@@ -114,11 +116,21 @@ class FallbackEngine:
                 secondary.detach()
                 raise
 
-    def _secondary_name(self) -> str:
+    def _secondary_name(self, rest: Sequence[ResolvedProbe]) -> str:
         from probescope.engines.registry import BY_NAME, availability
 
         if self.fallback in ("tracefs", "ptrace"):
             return self.fallback
+        for probe in rest:  # a Go string: the kernel's uprobes cannot bound a read by a length
+            unreadable = (
+                kernel_inexpressible(probe.spec.args) if isinstance(probe.spec, ProbeSpec) else []
+            )
+            if unreadable:
+                self._notes.append(
+                    f"ptrace, not tracefs: {probe.label} fetches {unreadable[0].name}="
+                    f"{unreadable[0].expression}, which {KERNEL_CANNOT}"
+                )
+                return "ptrace"
         if availability(BY_NAME["tracefs"], self.kernel).ok:
             return "tracefs"
         return "ptrace"
