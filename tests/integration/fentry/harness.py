@@ -3,7 +3,6 @@ process must look like (text equal to the file, no code area of ours left)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -78,30 +77,6 @@ def our_areas(pid: int) -> list[int]:
             except OSError:
                 continue
     return found
-
-
-def text_differences(pid: int, path: str | Path) -> list[int]:
-    """Addresses where the process's executable mappings of `path` differ from the file."""
-    key = os.stat(path)
-    diffs = []
-    with (
-        open(f"/proc/{pid}/maps") as maps,
-        open(f"/proc/{pid}/mem", "rb") as mem,
-        open(path, "rb") as f,
-    ):
-        for line in maps:
-            parts = line.split()
-            if len(parts) < 6 or "x" not in parts[1] or int(parts[4]) != key.st_ino:
-                continue
-            start, end = (int(x, 16) for x in parts[0].split("-"))
-            f.seek(int(parts[2], 16))
-            expected = f.read(end - start)
-            mem.seek(start)
-            actual = mem.read(len(expected))
-            diffs += [
-                start + i for i, (a, b) in enumerate(zip(actual, expected, strict=False)) if a != b
-            ]
-    return diffs
 
 
 def libc_path(pid: int) -> str:

@@ -12,6 +12,7 @@ from probescope.engines.base import Target
 from probescope.engines.fentry.engine import FentryEngine
 from probescope.events import EventBatch
 from probescope.session import Session
+from support.processes import text_differences
 
 from .harness import (
     hammer,
@@ -20,7 +21,6 @@ from .harness import (
     our_areas,
     requires_fentry,
     start,
-    text_differences,
 )
 
 pytestmark = [pytest.mark.root, requires_fentry]

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from support.processes import text_differences
+
 from .harness import (
     hammer,
     hammer_specs,
@@ -18,7 +20,6 @@ from .harness import (
     our_areas,
     requires_fentry,
     start,
-    text_differences,
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, requires_fentry]

@@ -171,28 +171,3 @@ def assert_same_behaviour(run: Run, plain: Plain) -> None:
     assert run.stdout == plain.stdout
     assert run.stderr == plain.stderr
     assert run.exit_code == plain.exit_code
-
-
-def text_differences(pid: int, path: str | Path) -> list[int]:
-    """Addresses where the process's executable mappings of `path` differ from the file."""
-    key = os.stat(path)
-    diffs = []
-    with (
-        open(f"/proc/{pid}/maps") as maps,
-        open(f"/proc/{pid}/mem", "rb") as mem,
-        open(path, "rb") as f,
-    ):
-        for line in maps:
-            parts = line.split()
-            if len(parts) < 6 or "x" not in parts[1] or int(parts[4]) != key.st_ino:
-                continue
-            start, end = (int(x, 16) for x in parts[0].split("-"))
-            offset = int(parts[2], 16)
-            f.seek(offset)
-            expected = f.read(end - start)
-            mem.seek(start)
-            actual = mem.read(len(expected))
-            diffs += [
-                start + i for i, (a, b) in enumerate(zip(actual, expected, strict=True)) if a != b
-            ]
-    return diffs

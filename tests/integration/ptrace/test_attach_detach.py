@@ -11,10 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-from integration.ptrace.harness import gated, make_probe, run_plain, text_differences
+from integration.ptrace.harness import gated, make_probe, run_plain
 from probescope.engines.base import Target
 from probescope.engines.ptrace import PtraceEngine
 from probescope.events import EventBatch
+from support.processes import text_differences, tracer_of
 
 DRIVER = Path(__file__).with_name("tracer_driver.py")
 
@@ -22,14 +23,6 @@ DRIVER = Path(__file__).with_name("tracer_driver.py")
 def _anonymous_executable_mappings(pid: int) -> list[str]:
     with open(f"/proc/{pid}/maps") as f:
         return [line for line in f if line.split()[1] == "r-xp" and len(line.split()) == 5]
-
-
-def _tracer_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("TracerPid:"):
-                return int(line.split()[1])
-    return -1
 
 
 def test_attach_to_a_running_process_and_detach(target):
@@ -44,7 +37,7 @@ def test_attach_to_a_running_process_and_detach(target):
         before_maps = _anonymous_executable_mappings(program.pid)
         engine = PtraceEngine()
         engine.attach([probe, ret], Target(pids=(program.pid,)))
-        assert _tracer_of(program.pid) == os.getpid()
+        assert tracer_of(program.pid) == os.getpid()
         assert text_differences(program.pid, path)  # our int3 is in
         seen = []
         for item in engine.events():
@@ -53,7 +46,7 @@ def test_attach_to_a_running_process_and_detach(target):
             seen.append(item)
             if len(seen) >= 10:
                 break  # closing the generator detaches
-        assert _tracer_of(program.pid) == 0
+        assert tracer_of(program.pid) == 0
         assert text_differences(program.pid, path) == []
         assert _anonymous_executable_mappings(program.pid) == before_maps
         assert os.sched_getaffinity(program.pid) == before_affinity
@@ -140,7 +133,7 @@ def test_sigterm_while_attached_with_pid(target):
         assert driver.stdout.readline().startswith("event 1 ")
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(10) == 0
-        assert _tracer_of(program.pid) == 0
+        assert tracer_of(program.pid) == 0
         assert text_differences(program.pid, path) == []
         lines = [program.stdout.readline() for _ in range(10)]
         assert all(int(line.split()[2]) == 7 * int(line.split()[1]) for line in lines)
@@ -210,7 +203,7 @@ def test_repeated_attach_and_detach_under_load(target):
                     seen += 1
                     if seen >= 200 + 37 * round_number:
                         break
-            assert _tracer_of(program.pid) == 0
+            assert tracer_of(program.pid) == 0
             assert text_differences(program.pid, path) == []
             time.sleep(0.05)
         out, _ = program.communicate(timeout=30)
@@ -266,7 +259,7 @@ def test_attach_and_detach_while_threads_come_and_go(target):
                     if len(tids) >= 20:
                         break
             assert program.pid not in tids
-            assert _tracer_of(program.pid) == 0
+            assert tracer_of(program.pid) == 0
             time.sleep(0.05)
         out, _ = program.communicate(timeout=30)
         assert out == b"sum ok\n" and program.returncode == 0
@@ -313,7 +306,7 @@ def test_detach_while_a_signal_handler_interrupted_a_slot(target):
             assert time.monotonic() < deadline, "the handler never ran"
         assert program.stdout.readline() == "in handler\n"
         events.close()  # detaches
-        assert _tracer_of(program.pid) == 0
+        assert tracer_of(program.pid) == 0
         assert text_differences(program.pid, path) == []
         assert _anonymous_executable_mappings(program.pid) == before_maps
         assert _signal_dispositions(program.pid) == before_dispositions

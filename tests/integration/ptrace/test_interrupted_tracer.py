@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-import select
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.ptrace.harness import text_differences
+from support.processes import proc_status, readline_within, text_differences
 
 pytestmark = pytest.mark.slow
 
@@ -52,16 +51,6 @@ class Tally:
             f"program intact {self.programs_intact} (text, mappings, signal dispositions, "
             f"affinity, output, exit status, {self.signals_sent} queued signals delivered)"
         )
-
-
-def _readline(stream, timeout: float) -> str:
-    ready, _, _ = select.select([stream], [], [], timeout)
-    return stream.readline() if ready else ""
-
-
-def _status(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/status") as f:
-        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
 
 
 def _anonymous_code(pid: int) -> list[str]:
@@ -95,7 +84,7 @@ def _problems(program: subprocess.Popen[str], path: Path, before: dict[str, obje
     if program.poll() is not None:
         return [f"the program died (status {program.returncode})"]
     problems = []
-    status = _status(pid)
+    status = proc_status(pid)
     if status["TracerPid"] != "0":
         problems.append(f"still traced by {status['TracerPid']}")
     differences = text_differences(pid, path)
@@ -117,8 +106,8 @@ def _one_run(path: Path, during_attach: bool, tally: Tally, rng: random.Random) 
     tracer = None
     signals = None
     try:
-        assert _readline(program.stdout, 10) == "running\n"
-        status = _status(program.pid)
+        assert readline_within(program.stdout, 10) == "running\n"
+        status = proc_status(program.pid)
         before: dict[str, object] = {
             "code": _anonymous_code(program.pid),
             "dispositions": (status["SigCgt"], status["SigIgn"]),
@@ -134,12 +123,12 @@ def _one_run(path: Path, during_attach: bool, tally: Tally, rng: random.Random) 
         )  # fmt: skip
         if during_attach:
             deadline = time.monotonic() + 60
-            while _status(program.pid)["TracerPid"] == "0" and time.monotonic() < deadline:
+            while proc_status(program.pid)["TracerPid"] == "0" and time.monotonic() < deadline:
                 time.sleep(0.001)
             time.sleep(rng.uniform(0, 0.05))
             tally.during_attach += 1
         else:
-            assert _readline(tracer.stdout, 60), "no event from probescope"
+            assert readline_within(tracer.stdout, 60), "no event from probescope"
             time.sleep(rng.uniform(0, LATEST_INTERRUPT))
             tally.streaming += 1
         tracer.send_signal(signal.SIGINT)
@@ -165,7 +154,7 @@ def _one_run(path: Path, during_attach: bool, tally: Tally, rng: random.Random) 
         time.sleep(0.05)
         program.stdin.write("stop\n")
         program.stdin.flush()
-        result = _readline(program.stdout, 120)
+        result = readline_within(program.stdout, 120)
         expected = f"threads with a correct checksum: 4 of 4, signals {sent}\n"
         if result != expected:
             problems.append(f"printed {result!r}, expected {expected!r}")

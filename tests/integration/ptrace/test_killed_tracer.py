@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import select
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.ptrace.harness import text_differences
+from support.processes import proc_status, readline_within, text_differences, tracer_of
 
 pytestmark = pytest.mark.slow
 
@@ -47,19 +46,6 @@ class Tally:
         )
 
 
-def _readline(stream, timeout: float) -> str:
-    ready, _, _ = select.select([stream], [], [], timeout)
-    return stream.readline() if ready else ""
-
-
-def _tracer_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("TracerPid:"):
-                return int(line.split()[1])
-    return -1
-
-
 def _one_run(
     path: Path, early: bool, blocked: bool, startup: list[float], tally: Tally, rng: random.Random
 ):
@@ -71,7 +57,7 @@ def _one_run(
     )
     tracer = None
     try:
-        assert _readline(program.stdout, 10) == "running\n"
+        assert readline_within(program.stdout, 10) == "running\n"
         started = time.monotonic()
         tracer = subprocess.Popen(
             [sys.executable, "-m", "probescope", "trace", "--engine", "ptrace", "-q",
@@ -84,7 +70,7 @@ def _one_run(
             time.sleep(rng.uniform(0, max(startup) if startup else 1.0))
             tally.early += 1
         else:
-            first = _readline(tracer.stdout, 60)
+            first = readline_within(tracer.stdout, 60)
             assert first, "no event from probescope"
             startup.append(time.monotonic() - started)
             time.sleep(rng.uniform(0, LATEST_KILL))
@@ -94,10 +80,10 @@ def _one_run(
         time.sleep(0.2)  # the program runs on untraced, through every kind of site
         program.stdin.write("stop\n")
         program.stdin.flush()
-        result = _readline(program.stdout, 120)
+        result = readline_within(program.stdout, 120)
         if result == "threads with a correct checksum: 4 of 4, signals 0\n":
             text = text_differences(program.pid, path)
-            traced_by = _tracer_of(program.pid)
+            traced_by = tracer_of(program.pid)
             program.stdin.write("exit\n")
             program.stdin.flush()
             status = program.wait(30)
@@ -152,19 +138,19 @@ def test_sigkill_while_a_thread_is_stopped_in_a_hit(target, optimize, kind, bloc
             text=True,
         )
         try:
-            assert _readline(program.stdout, 10) == "running\n"
+            assert readline_within(program.stdout, 10) == "running\n"
             holder = subprocess.Popen(
                 [sys.executable, str(driver), str(path), str(program.pid), kind],
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            assert _readline(holder.stdout, 60) == "holding\n"
+            assert readline_within(holder.stdout, 60) == "holding\n"
             holder.send_signal(signal.SIGKILL)
             holder.wait(30)
             time.sleep(0.2)
             program.stdin.write("stop\n")
             program.stdin.flush()
-            assert _readline(program.stdout, 120) == (
+            assert readline_within(program.stdout, 120) == (
                 "threads with a correct checksum: 4 of 4, signals 0\n"
             )
             assert text_differences(program.pid, path) == []
@@ -191,11 +177,6 @@ int main(void) {
 """
 
 
-def _status_field(pid: int, name: str) -> str:
-    with open(f"/proc/{pid}/status") as f:
-        return next(line.split()[1] for line in f if line.startswith(name + ":"))
-
-
 def test_a_later_probescope_takes_over_what_a_killed_one_left(build):
     """Killed while the program is idle, probescope leaves its traps in; the next one to
     attach puts those bytes back (from the killed one's site table), takes over its signal
@@ -206,12 +187,12 @@ def test_a_later_probescope_takes_over_what_a_killed_one_left(build):
         [str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
-        dispositions = _status_field(program.pid, "SigCgt")
+        dispositions = proc_status(program.pid)["SigCgt"]
 
         def ask(n: int) -> str:
             program.stdin.write(f"{n}\n")
             program.stdin.flush()
-            return _readline(program.stdout, 30)
+            return readline_within(program.stdout, 30)
 
         assert ask(1) == "4\n"
         tracers = []
@@ -222,9 +203,9 @@ def test_a_later_probescope_takes_over_what_a_killed_one_left(build):
                 text=True,
             )
             tracers.append(tracer)
-            assert _readline(tracer.stdout, 60) == "attached\n"
+            assert readline_within(tracer.stdout, 60) == "attached\n"
             assert ask(n) == f"{3 * n + 1}\n"
-            assert _readline(tracer.stdout, 30).startswith(f"event 1 {n} ")
+            assert readline_within(tracer.stdout, 30).startswith(f"event 1 {n} ")
             if n == 2:
                 tracer.kill()  # its traps stay in: the program waits in read()
                 tracer.wait(30)
@@ -232,9 +213,9 @@ def test_a_later_probescope_takes_over_what_a_killed_one_left(build):
         tracers[-1].send_signal(signal.SIGTERM)
         assert tracers[-1].wait(30) == 0
         assert ask(4) == "13\n"
-        assert _tracer_of(program.pid) == 0
+        assert tracer_of(program.pid) == 0
         assert text_differences(program.pid, path) == []
-        assert _status_field(program.pid, "SigCgt") == dispositions
+        assert proc_status(program.pid)["SigCgt"] == dispositions
     finally:
         program.kill()
         program.wait()

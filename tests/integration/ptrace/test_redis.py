@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.ptrace.harness import text_differences
+from support.processes import text_differences, tracer_of
 
 pytestmark = pytest.mark.slow
 
@@ -64,14 +64,6 @@ def _ping(port: int) -> str:
     return done.stdout.strip()
 
 
-def _tracer_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("TracerPid:"):
-                return int(line.split()[1])
-    return -1
-
-
 def _trace(pid: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "probescope", "trace", "--engine", "ptrace", "-q", "-p", str(pid),
@@ -91,7 +83,7 @@ def _serving(server: subprocess.Popen[bytes], port: int, label: str) -> list[str
     problems = []
     if server.poll() is not None:
         return [f"{label}: redis-server died (status {server.returncode})"]
-    if _tracer_of(server.pid) != 0:
+    if tracer_of(server.pid) != 0:
         problems.append(f"{label}: still traced")
     if text_differences(server.pid, str(SERVER)):
         problems.append(f"{label}: text differs from the file")

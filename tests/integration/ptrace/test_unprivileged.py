@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from integration.ptrace.harness import text_differences
 from probescope.system import procfs
+from support.processes import text_differences
 
 USER = "probescope-test"
 DRIVER = Path(__file__).with_name("tracer_driver.py")
