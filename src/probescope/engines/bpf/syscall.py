@@ -125,12 +125,8 @@ def map_lookup(fd: int, key: bytes, value_size: int) -> bytes | None:
     attr.u32(MapElemAttr.MAP_FD, fd)
     attr.pointer(MapElemAttr.KEY, key)
     attr.pointer(MapElemAttr.VALUE, value)
-    try:
-        bpf(Command.MAP_LOOKUP_ELEM, attr, "looking up a map element")
-    except BpfError as error:
-        if error.errno == errnos.ENOENT:
-            return None
-        raise
+    if not _unless_absent(Command.MAP_LOOKUP_ELEM, attr, "looking up a map element"):
+        return None
     return value.raw
 
 
@@ -148,13 +144,7 @@ def map_delete(fd: int, key: bytes) -> bool:
     attr = Attr()
     attr.u32(MapElemAttr.MAP_FD, fd)
     attr.pointer(MapElemAttr.KEY, key)
-    try:
-        bpf(Command.MAP_DELETE_ELEM, attr, "deleting a map element")
-    except BpfError as error:
-        if error.errno == errnos.ENOENT:
-            return False
-        raise
-    return True
+    return _unless_absent(Command.MAP_DELETE_ELEM, attr, "deleting a map element")
 
 
 def map_next_key(fd: int, key: bytes | None, key_size: int) -> bytes | None:
@@ -164,13 +154,20 @@ def map_next_key(fd: int, key: bytes | None, key_size: int) -> bytes | None:
     attr.u32(MapElemAttr.MAP_FD, fd)
     attr.pointer(MapElemAttr.KEY, key)
     attr.pointer(MapElemAttr.VALUE, next_key)
+    if not _unless_absent(Command.MAP_GET_NEXT_KEY, attr, "walking a map's keys"):
+        return None
+    return next_key.raw
+
+
+def _unless_absent(command: Command, attr: Attr, doing: str) -> bool:
+    """Run a map command; False when the kernel says the key is not there (ENOENT)."""
     try:
-        bpf(Command.MAP_GET_NEXT_KEY, attr, "walking a map's keys")
+        bpf(command, attr, doing)
     except BpfError as error:
         if error.errno == errnos.ENOENT:
-            return None
+            return False
         raise
-    return next_key.raw
+    return True
 
 
 def map_lookup_batch(
