@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from probescope.engines.aggregation import KernelAggregation
+from probescope.errors import EngineUnavailable
 from probescope.events import Event, EventBatch
 from probescope.language.resolved import ResolvedProbe
 
@@ -35,6 +36,18 @@ class Target:
     @property
     def system_wide(self) -> bool:
         return self.command is None and not self.pids
+
+
+def require_process_target(engine: str, target: Target, ready: Availability) -> None:
+    """Refuse, before anything is touched, what an engine that traces processes cannot do: the
+    whole system, or a machine where it cannot run (`ready`)."""
+    if target.system_wide:
+        raise EngineUnavailable(
+            f"the {engine} engine traces processes, not the whole system",
+            hint="give a command to run (-c) or process ids to attach to (-p)",
+        )
+    if not ready.ok:
+        raise EngineUnavailable(ready.reason, hint=ready.hint)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
-from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
+from probescope.engines.base import (
+    Availability,
+    EngineOptions,
+    EngineStats,
+    Target,
+    require_process_target,
+)
 from probescope.engines.exit_detach import detach_at_exit
 from probescope.engines.fentry import safety
 from probescope.engines.fentry.catalog import Catalog, build_catalog, function_event_type
@@ -109,14 +115,7 @@ class FentryEngine:
         exec (another engine can attach to it there without missing an event)."""
         if self._tracer is not None:
             raise PtraceError("this engine is already attached; use a new FentryEngine")
-        if target.system_wide:
-            raise EngineUnavailable(
-                "the fentry engine traces processes, not the whole system",
-                hint="give a command to run (-c) or process ids to attach to (-p)",
-            )
-        ready = self.available()
-        if not ready.ok:
-            raise EngineUnavailable(ready.reason, hint=ready.hint)
+        require_process_target("fentry", target, self.available())
         catalog = self._plan(probes, target.pids[0] if len(target.pids) == 1 else None)
         if catalog.refusals:
             lines = [f"{probe.label}: {reason}" for probe, reason in catalog.refusals.items()]

@@ -15,7 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from probescope.engines.base import Availability, EngineOptions, EngineStats, Target
+from probescope.engines.base import (
+    Availability,
+    EngineOptions,
+    EngineStats,
+    Target,
+    require_process_target,
+)
 from probescope.engines.exit_detach import detach_at_exit
 from probescope.engines.ptrace import availability
 from probescope.engines.ptrace.handlers import HitContext
@@ -23,7 +29,7 @@ from probescope.engines.ptrace.sites import build_sites
 from probescope.engines.ptrace.tracee import ProbeSite, TracerOptions
 from probescope.engines.ptrace.tracer import Tracer, exit_status_code
 from probescope.engines.python_filter import probe_filters
-from probescope.errors import EngineUnavailable, PtraceError
+from probescope.errors import PtraceError
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.resolved import ResolvedProbe
 from probescope.system.kernel import RunningKernel
@@ -122,14 +128,7 @@ class PtraceEngine:
     def attach(self, probes: Sequence[ResolvedProbe], target: Target) -> None:
         if self._tracer is not None:
             raise PtraceError("this engine is already attached; use a new PtraceEngine")
-        if target.system_wide:
-            raise EngineUnavailable(
-                "the ptrace engine traces processes, not the whole system",
-                hint="give a command to run (-c) or process ids to attach to (-p)",
-            )
-        ready = self.available()
-        if not ready.ok:
-            raise EngineUnavailable(ready.reason, hint=ready.hint)
+        require_process_target("ptrace", target, self.available())
         filters = probe_filters(probes, self._default_filter)
         self._sites = build_sites(probes, self._handlers)
         for site in self._sites:
