@@ -97,7 +97,29 @@ def _serving(server: subprocess.Popen[bytes], port: int, label: str) -> list[str
     return problems
 
 
-def test_ctrl_c_under_redis_benchmark(redis):
+def _interrupt(tracer: subprocess.Popen[bytes], label: str) -> list[str]:
+    """Ctrl-C: probescope must exit by itself, quietly."""
+    tracer.send_signal(signal.SIGINT)
+    try:
+        _, errors = tracer.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        return [f"{label}: probescope hung after Ctrl-C"]
+    if tracer.returncode not in (0, 130) or b"Traceback" in errors:
+        return [f"{label}: probescope exited {tracer.returncode}"]
+    return []
+
+
+def _kill(tracer: subprocess.Popen[bytes], label: str) -> list[str]:
+    """SIGKILL: nothing of probescope runs after it; the server must not notice."""
+    tracer.kill()
+    tracer.wait(30)
+    return []
+
+
+@pytest.mark.parametrize(
+    ("how", "end_tracer"), [("Ctrl-C", _interrupt), ("SIGKILL", _kill)], ids=["ctrl_c", "sigkill"]
+)
+def test_probescope_ended_under_redis_benchmark(redis, how, end_tracer):
     server, port = redis
     rng = random.Random(int(os.environ.get("PROBESCOPE_TEST_SEED", time.time_ns() % 1000)))
     problems: list[str] = []
@@ -111,14 +133,7 @@ def test_ctrl_c_under_redis_benchmark(redis):
         try:
             assert _first_event(tracer), "no event from probescope"
             time.sleep(rng.uniform(0.1, 1.5))
-            tracer.send_signal(signal.SIGINT)
-            try:
-                _, errors = tracer.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                problems.append(f"try {attempt}: probescope hung after Ctrl-C")
-                continue
-            if tracer.returncode not in (0, 130) or b"Traceback" in errors:
-                problems.append(f"try {attempt}: probescope exited {tracer.returncode}")
+            problems += end_tracer(tracer, f"try {attempt}")
             benchmark.wait(120)
             problems += _serving(server, port, f"try {attempt}")
         finally:
@@ -128,34 +143,5 @@ def test_ctrl_c_under_redis_benchmark(redis):
                     process.wait()
         if server.poll() is not None:
             break
-    print(f"\nredis Ctrl-C tally: {TRIES} tries, {len(problems)} problems")
-    assert not problems, "\n".join(problems)
-
-
-def test_sigkill_under_redis_benchmark(redis):
-    server, port = redis
-    rng = random.Random(int(os.environ.get("PROBESCOPE_TEST_SEED", time.time_ns() % 1000)))
-    problems: list[str] = []
-    for attempt in range(TRIES):
-        benchmark = subprocess.Popen(
-            [str(BENCHMARK), "-p", str(port), "-n", "20000", "-c", "20", "-q"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        tracer = _trace(server.pid)
-        try:
-            assert _first_event(tracer), "no event from probescope"
-            time.sleep(rng.uniform(0.1, 1.5))
-            tracer.kill()
-            tracer.wait(30)
-            benchmark.wait(120)
-            problems += _serving(server, port, f"try {attempt}")
-        finally:
-            for process in (tracer, benchmark):
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
-        if server.poll() is not None:
-            break
-    print(f"\nredis SIGKILL tally: {TRIES} tries, {len(problems)} problems")
+    print(f"\nredis {how} tally: {TRIES} tries, {len(problems)} problems")
     assert not problems, "\n".join(problems)
