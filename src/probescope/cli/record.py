@@ -23,6 +23,7 @@ from probescope.cli._console import console as make_console
 from probescope.cli.session_options import command_argv, engine_options
 from probescope.engines.registry import BY_NAME, availability
 from probescope.engines.tracefs.instance_files import read_kallsyms_text
+from probescope.errors import RecordingError
 from probescope.language.resolved import ResolvedProbe
 from probescope.record.facts import RecordingFacts
 from probescope.record.processes import ProcessWatcher
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if engine == "auto":
         session.engine_name = recording_engine(session, kernel)
+    if args.stack:
+        refuse_stackless(session.engine_name)
     if args.stack and session.engine_name == "tracefs":
         session.probes = [with_return_address(probe) for probe in session.probes]
     if not args.quiet:
@@ -70,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     session.start()
     try:
         assert session.engine is not None
+        if args.stack:
+            refuse_stackless(session.engine.name)
         facts = RecordingFacts(engine=session.engine.name, probes=probe_facts(session.probes))
         watcher = None
         pids = tuple(getattr(session.engine, "pids", ()) or session.target.pids)
@@ -117,6 +122,17 @@ def recording_engine(session: Session, kernel: RunningKernel) -> str:
     if kinds <= entry.kinds and availability(entry, kernel).ok:
         return "tracefs"
     return "auto"
+
+
+def refuse_stackless(engine: str) -> None:
+    """--stack with an engine that records no stack records is an error, never a recording
+    without the stacks asked for (bpf and ptrace refuse it themselves)."""
+    if engine not in ("tracefs", "auto"):
+        raise RecordingError(
+            f"the {engine} engine records no stacks (--stack)",
+            hint="the tracefs engine records them (the kernel's userstacktrace): "
+            "--engine tracefs",
+        )
 
 
 def with_return_address(probe: ResolvedProbe) -> ResolvedProbe:
