@@ -10,7 +10,10 @@ the per-interval counts of `-i`. Nothing is left in tracefs.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,12 +22,13 @@ from pathlib import Path
 import pytest
 
 from integration.tracefs_engine.conftest import target
-from support.tracefs import skip_reason
+from support.tracefs import append, skip_reason, trace_cmd_extract, tracefs_root
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or ""),
 ]
+TRACE_CMD = shutil.which("trace-cmd")
 BURSTS = 3
 GAP_MS = 300
 FLAGS = ("-O1", "-g", "-fno-omit-frame-pointer")
@@ -204,3 +208,50 @@ def test_engines_without_stack_records_refuse_record_stack(
     assert refused.returncode != 0
     assert "stack" in refused.stderr and "tracefs" in refused.stderr
     assert not out.exists()
+
+
+@pytest.mark.skipif(TRACE_CMD is None, reason="trace-cmd is not installed")
+def test_user_stacks_of_a_file_trace_cmd_wrote(program: Path, tmp_path: Path) -> None:
+    """trace-cmd's file of a private instance with `userstacktrace` set (`trace-cmd record`
+    itself enables the function tracer, which this kernel refuses): a stack per hit, its
+    frames addresses (trace-cmd keeps no maps), as many as trace-cmd reports."""
+    assert TRACE_CMD is not None
+    root = tracefs_root()
+    assert root is not None
+    group, instance = f"psstk_{os.getpid()}", f"psstk-{os.getpid()}"
+    (definition,) = [
+        line
+        for line in probescope("resolve", f"{program}:leaf").stdout.splitlines()
+        if line.strip()
+    ]
+    inst = root / "instances" / instance
+    inst.mkdir()
+    try:
+        append(root / "uprobe_events", re.sub(r"^p:\S+ ", f"p:{group}/leaf ", definition))
+        (inst / "options" / "userstacktrace").write_text("1")
+        (inst / "events" / group / "enable").write_text("1")
+        subprocess.run([str(program), "2"], check=True)
+        (inst / "tracing_on").write_text("0")
+        out = tmp_path / "tc.dat"
+        extracted = trace_cmd_extract(TRACE_CMD, instance, out)
+        assert extracted.returncode == 0, extracted.stderr
+    finally:
+        if inst.exists():
+            inst.rmdir()
+        with contextlib.suppress(OSError):
+            append(root / "uprobe_events", f"-:{group}/leaf")
+    theirs = subprocess.run(
+        [TRACE_CMD, "report", str(out)], capture_output=True, text=True, check=True
+    ).stdout
+    hits = 2 * sum(PER_BURST.values())
+    assert len(re.findall(r": leaf:", theirs)) == hits
+    # trace-cmd prints each stack record as `=> 0x...` lines, the kernel's zero fill included
+    reported: dict[str, int] = {}
+    for record in re.split(r"\n(?=\S)", theirs):
+        frames = [f for f in re.findall(r"=> (0x[0-9a-f]+)", record) if f != "0x0"]
+        if frames:
+            stack = ";".join(reversed(frames))
+            reported[stack] = reported.get(stack, 0) + 1
+    stacks = stacks_file(tmp_path, "--input", str(out))
+    assert sum(stacks.values()) == hits
+    assert stacks == reported
