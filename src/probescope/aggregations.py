@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from probescope.aggregate.aggregators import EventAggregator
 from probescope.aggregate.in_kernel import KernelReader, kernel_request
@@ -51,6 +51,8 @@ from probescope.symbols.resolve import resolve_specs
 from probescope.system.kernel import RunningKernel
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from probescope.aggregate.records import RecordAggregator
 
     Aggregator = EventAggregator | LatencyAggregator | RecordAggregator | KernelReader
@@ -424,30 +426,23 @@ def _collector_quiet() -> Iterator[None]:
 # --- the Python API -----------------------------------------------------------------------
 
 
+class RunOptions(TypedDict, total=False):
+    """The keywords every function below takes: what to trace (`engine`, `pids` or a
+    `command`), for how long (`duration`), handed over every `interval` seconds to
+    `on_interval`; or a `recording` to aggregate instead (then `interval` is recorded time)."""
+
+    engine: str
+    pids: Sequence[int]
+    command: Sequence[str] | None
+    duration: float | None
+    interval: float | None
+    on_interval: Callable[[Aggregation], None] | None
+    recording: str | Path | None
+
+
 def _run(
     request: Request,
     *,
-    engine: str,
-    pids: Sequence[int],
-    command: Sequence[str] | None,
-    duration: float | None,
-    interval: float | None,
-    on_interval: Callable[[Aggregation], None] | None,
-    recording: str | Path | None = None,
-) -> Aggregation:
-    if recording is not None:
-        if engine != "auto" or pids or command or duration or interval or on_interval:
-            raise AggregationError("a recording is aggregated alone: no engine, target or time")
-        with Recording.from_path(recording) as opened:
-            return RecordingAggregation(request, opened).run()
-    run = AggregationRun(request, engine=engine, pids=pids, command=command, interval=interval)
-    return run.run(duration=duration, interval=interval, on_interval=on_interval)
-
-
-def count(
-    specs: Sequence[str | Spec],
-    *,
-    by: Sequence[str] | None = None,
     engine: str = "auto",
     pids: Sequence[int] = (),
     command: Sequence[str] | None = None,
@@ -456,18 +451,25 @@ def count(
     on_interval: Callable[[Aggregation], None] | None = None,
     recording: str | Path | None = None,
 ) -> Aggregation:
+    if recording is not None:
+        if engine != "auto" or pids or command or duration:
+            raise AggregationError("a recording is aggregated alone: no engine, target or duration")
+        with Recording.from_path(recording) as opened:
+            aggregation = RecordingAggregation(request, opened)
+            return aggregation.run(interval=interval, on_interval=on_interval)
+    run = AggregationRun(request, engine=engine, pids=pids, command=command, interval=interval)
+    return run.run(duration=duration, interval=interval, on_interval=on_interval)
+
+
+def _by(by: Sequence[str] | None) -> tuple[str, ...] | None:
+    return tuple(by) if by is not None else None
+
+
+def count(
+    specs: Sequence[str | Spec], *, by: Sequence[str] | None = None, **run: Unpack[RunOptions]
+) -> Aggregation:
     """How often each probe fires, per key (default: per probe). `result.first` is the map."""
-    request = Request("count", tuple(specs), tuple(by) if by is not None else None)
-    return _run(
-        request,
-        engine=engine,
-        pids=pids,
-        command=command,
-        duration=duration,
-        interval=interval,
-        on_interval=on_interval,
-        recording=recording,
-    )
+    return _run(Request("count", tuple(specs), _by(by)), **run)
 
 
 def histogram(
@@ -476,28 +478,10 @@ def histogram(
     *,
     by: Sequence[str] | None = None,
     scale: Scale | None = None,
-    engine: str = "auto",
-    pids: Sequence[int] = (),
-    command: Sequence[str] | None = None,
-    duration: float | None = None,
-    interval: float | None = None,
-    on_interval: Callable[[Aggregation], None] | None = None,
-    recording: str | Path | None = None,
+    **run: Unpack[RunOptions],
 ) -> Aggregation:
     """The distribution of argument `of` (log2 buckets, or `scale`), per key."""
-    request = Request(
-        "hist", tuple(specs), tuple(by) if by is not None else None, of=of, scale=scale
-    )
-    return _run(
-        request,
-        engine=engine,
-        pids=pids,
-        command=command,
-        duration=duration,
-        interval=interval,
-        on_interval=on_interval,
-        recording=recording,
-    )
+    return _run(Request("hist", tuple(specs), _by(by), of=of, scale=scale), **run)
 
 
 def latency(
@@ -507,33 +491,18 @@ def latency(
     unit: str = "us",
     keep_spans: bool = False,
     stack_method: str = "dwarf",
-    engine: str = "auto",
-    pids: Sequence[int] = (),
-    command: Sequence[str] | None = None,
-    duration: float | None = None,
-    interval: float | None = None,
-    on_interval: Callable[[Aggregation], None] | None = None,
-    recording: str | Path | None = None,
+    **run: Unpack[RunOptions],
 ) -> Aggregation:
     """How long calls to the functions take (entry and return probes made for you)."""
     request = Request(
         "latency",
         tuple(specs),
-        tuple(by) if by is not None else None,
+        _by(by),
         unit=unit,
         keep_spans=keep_spans,
         stack_method=stack_method,
     )
-    return _run(
-        request,
-        engine=engine,
-        pids=pids,
-        command=command,
-        duration=duration,
-        interval=interval,
-        on_interval=on_interval,
-        recording=recording,
-    )
+    return _run(request, **run)
 
 
 def stacks(
@@ -542,32 +511,13 @@ def stacks(
     by: Sequence[str] | None = None,
     stack_method: str = "dwarf",
     stack_size: int = MAX_SNAPSHOT,
-    engine: str = "auto",
-    pids: Sequence[int] = (),
-    command: Sequence[str] | None = None,
-    duration: float | None = None,
-    interval: float | None = None,
-    on_interval: Callable[[Aggregation], None] | None = None,
-    recording: str | Path | None = None,
+    **run: Unpack[RunOptions],
 ) -> Aggregation:
     """How often each call path leads to the probes (default key: the user stack)."""
     request = Request(
-        "stacks",
-        tuple(specs),
-        tuple(by) if by is not None else None,
-        stack_method=stack_method,
-        stack_size=stack_size,
+        "stacks", tuple(specs), _by(by), stack_method=stack_method, stack_size=stack_size
     )
-    return _run(
-        request,
-        engine=engine,
-        pids=pids,
-        command=command,
-        duration=duration,
-        interval=interval,
-        on_interval=on_interval,
-        recording=recording,
-    )
+    return _run(request, **run)
 
 
 __all__ = [
@@ -575,6 +525,7 @@ __all__ = [
     "AggregationRun",
     "RecordingAggregation",
     "Request",
+    "RunOptions",
     "count",
     "histogram",
     "latency",

@@ -2,7 +2,9 @@
 `--by`, `-i`, `--top`, `-f`, `-o`, `--input`), the run with interval printing, and the summary.
 
 With `--input FILE` the values are those of a recording's events (`record.recording_aggregation`),
-and the options that choose or steer a live session are refused."""
+`-i` cuts them into intervals of recorded time (each stamped with the trace clock's time it
+starts at, as `report` prints times), and the options that choose or steer a live session are
+refused."""
 
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ def add_aggregation_arguments(parser: argparse.ArgumentParser, *, default_by: st
         "--interval",
         type=seconds,
         metavar="SECONDS",
-        help="print the values every SECONDS and clear them",
+        help="print the values every SECONDS and clear them (with --input: every SECONDS of "
+        "recorded time)",
     )
     parser.add_argument("--top", type=positive, metavar="N", help="print only the N largest keys")
     parser.add_argument(
@@ -116,7 +119,7 @@ def run_aggregation(args: argparse.Namespace, request: Request) -> int:
 
         def show(values: Aggregation, *, stamp: bool) -> None:
             if stamp:
-                now = time.strftime("%H:%M:%S")
+                now = run.stamp(values) if isinstance(run, RecordedRun) else _wall_clock()
                 if args.format == "json":
                     stream.write(f'{{"type": "time", "data": "{now}\\n"}}\n')
                 else:
@@ -162,15 +165,29 @@ class RecordedRun:
             raise
         self.took = 0.0
 
-    def run(self, **live: Any) -> Aggregation:
-        """The values of every selected event (`live`: AggregationRun.run()'s keywords, which
-        `refuse_live_options` left unset)."""
+    def run(
+        self,
+        *,
+        interval: float | None = None,
+        on_interval: Callable[[Aggregation], None] | None = None,
+        **live: Any,
+    ) -> Aggregation:
+        """The values of every selected event, per `interval` of recorded time if given
+        (`live`: AggregationRun.run()'s other keywords, which `refuse_live_options` left
+        unset)."""
         started = time.monotonic()
         try:
-            return self.aggregation.run()
+            return self.aggregation.run(interval=interval, on_interval=on_interval)
         finally:
             self.took = time.monotonic() - started
             self.recording.close()
+
+    @staticmethod
+    def stamp(values: Aggregation) -> str:
+        """An interval's stamp: the recorded time it starts at, in seconds as `report`
+        prints event times."""
+        seconds, nanoseconds = divmod(values.started_ns, 1_000_000_000)
+        return f"{seconds}.{nanoseconds // 1000:06d}"
 
     def summary(self) -> RunSummary:
         writer = self.recording.facts.engine or "trace-cmd"
@@ -198,13 +215,13 @@ _LIVE_ONLY: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "buffer_size": ("--buffer-size", lambda v: v is not None),
     "filter": ("--filter", lambda v: v is not None),
     "all": ("--all", bool),
-    "interval": ("-i", lambda v: v is not None),
 }
 
 
 def refuse_live_options(args: argparse.Namespace) -> None:
     """With --input, the options of a live session (its target, engine, clock, buffers,
-    filter, time) are errors: the recording's session made those choices."""
+    filter, duration) are errors: the recording's session made those choices. (-i is not:
+    it cuts the recording's own time.)"""
     given = [flag for name, (flag, used) in _LIVE_ONLY.items() if used(getattr(args, name))]
     if given:
         they = "it steers" if len(given) == 1 else "they steer"
@@ -214,6 +231,10 @@ def refuse_live_options(args: argparse.Namespace) -> None:
             hint="give them to `probescope record` (e.g. probescope record SPEC... -c CMD "
             "-o FILE), or aggregate live without --input",
         )
+
+
+def _wall_clock() -> str:
+    return time.strftime("%H:%M:%S")
 
 
 def _title(args: argparse.Namespace) -> str:

@@ -5,6 +5,11 @@ With the tracefs engine (what `auto` picks for recording when it can run the pro
 kernel's sub-buffers are written as they come, decoded by nobody, so the recorder keeps up at
 the kernel's full rate like `trace-cmd record`; `-n COUNT` needs events counted, so it decodes.
 Other engines record their events through synthesized formats.
+
+`--stack` has the kernel record the user stack after every uprobe event (tracefs only: the
+other engines refuse it); its frame-pointer walk misses the caller of a function probed at its
+entry (the frame is not made yet), so such a probe also fetches its return address, `$stack0`,
+as `__ps_ret` — what `stacks --input` puts back, as the live `--stack-method fp` does.
 """
 
 from __future__ import annotations
@@ -12,11 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from probescope.aggregate.stack_capture import RETURN_ADDRESS, with_arguments
 from probescope.cli import trace
 from probescope.cli._console import console as make_console
 from probescope.cli.session_options import command_argv, engine_options
 from probescope.engines.registry import BY_NAME, availability
 from probescope.engines.tracefs.instance_files import read_kallsyms_text
+from probescope.errors import RecordingError
+from probescope.language.resolved import ResolvedProbe
 from probescope.record.facts import RecordingFacts
 from probescope.record.processes import ProcessWatcher
 from probescope.record.recorder import (
@@ -52,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if engine == "auto":
         session.engine_name = recording_engine(session, kernel)
+    if args.stack:
+        refuse_stackless(session.engine_name)
+    if args.stack and session.engine_name == "tracefs":
+        session.probes = [with_return_address(probe) for probe in session.probes]
     if not args.quiet:
         for note in session.notes:
             print(f"note: {note}", file=sys.stderr)
@@ -61,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     session.start()
     try:
         assert session.engine is not None
+        if args.stack:
+            refuse_stackless(session.engine.name)
         facts = RecordingFacts(engine=session.engine.name, probes=probe_facts(session.probes))
         watcher = None
         pids = tuple(getattr(session.engine, "pids", ()) or session.target.pids)
@@ -108,6 +122,24 @@ def recording_engine(session: Session, kernel: RunningKernel) -> str:
     if kinds <= entry.kinds and availability(entry, kernel).ok:
         return "tracefs"
     return "auto"
+
+
+def refuse_stackless(engine: str) -> None:
+    """--stack with an engine that records no stack records is an error, never a recording
+    without the stacks asked for (bpf and ptrace refuse it themselves)."""
+    if engine not in ("tracefs", "auto"):
+        raise RecordingError(
+            f"the {engine} engine records no stacks (--stack)",
+            hint="the tracefs engine records them (the kernel's userstacktrace): "
+            "--engine tracefs",
+        )
+
+
+def with_return_address(probe: ResolvedProbe) -> ResolvedProbe:
+    """A uprobe at a function's entry fetching its return address too (see the module)."""
+    if probe.kind.is_user and not probe.kind.is_return and probe.on_function_entry:
+        return with_arguments(probe, [f"{RETURN_ADDRESS}=$stack0:x64"])
+    return probe
 
 
 def print_recorded(summary: Summary, output: str, size: int, detail: str, raw: bool) -> None:

@@ -12,33 +12,57 @@ arguments the recording session fetched (by the names it gave them), and `retval
 a return probe fetched as `$retval` (or one named `retval`). A latency pairs each recorded entry
 with the return of the same function on the same thread by nesting (a recording holds no stack
 pointer: `aggregate.latency`), the return event being the one probescope's recording says
-probes the same function, else the one named `NAME__return`. Stacks are refused: a recording
-keeps return addresses only as the kernel's stack records, which are not aggregated offline yet.
+probes the same function, else the one named `NAME__return`.
+
+Stacks (`stacks`, `--by ustack|kstack`) come from the kernel's stack records that follow an
+event on its CPU: `user_stack` (`probescope record --stack`, trace-cmd's `userstacktrace`) and
+`kernel_stack` (function-tracer events with `--stack`, trace-cmd's `stacktrace`), named from
+the recording's maps, functions and kallsyms (`record.symbolizer.RecordedFrames`). At a function
+entry the kernel's frame-pointer walk misses the caller; `record --stack` records the return
+address there (`__ps_ret`), which goes back in as the live `--stack-method fp` puts it.
+
+With an interval, values are handed over per interval of recorded time: the first event's
+timestamp starts the first interval, and an interval without events is handed over empty.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from probescope.aggregate.aggregators import EventAggregator, is_stack_record
+from probescope.aggregate.aggregators import (
+    KERNEL_STACK_RECORD,
+    USER_STACK_RECORD,
+    EventAggregator,
+    StackOptions,
+    is_stack_record,
+)
 from probescope.aggregate.keys import BUILTIN_FIELDS, STACK_FIELDS, KeyPlan, is_argument_field
 from probescope.aggregate.latency import RETURN_VALUE, LatencyAggregator
 from probescope.aggregate.maps import Aggregation
 from probescope.aggregate.plan import RETURN_SUFFIX, AggregationError, Request
+from probescope.aggregate.stack_capture import RETURN_ADDRESS
 from probescope.errors import SpecError, SpecErrors
 from probescope.events import Event, EventBatch, EventType
 from probescope.language.model import ProbeKind
 from probescope.record.facts import RecordingFacts
 from probescope.record.recording import Recording
+from probescope.record.symbolizer import RecordedFrames
 
 TRACEPOINT_PREFIXES = ("tracepoint:", "t:")
 SPEC_HINT = (
     "with --input a SPEC names recorded events: NAME or SYSTEM:NAME, globs allowed "
     "(e.g. 'func_*', 'sched:*')"
 )
+STACK_HINTS = {
+    "ustack": "record user stacks with the events: probescope record --stack SPEC... -o FILE "
+    "(or trace-cmd record -O userstacktrace)",
+    "kstack": "record kernel stacks with function-tracer events: probescope record --stack "
+    "'f:FUNC' -o FILE (or trace-cmd record -T)",
+}
+_STACK_RECORDS = {"ustack": USER_STACK_RECORD, "kstack": KERNEL_STACK_RECORD}
 _RETVAL_FETCH = re.compile(r"(?:^|\s)([A-Za-z_][A-Za-z0-9_]*)=\$retval\b")
 _NOT_A_NAME = re.compile(r"[\s/=+%$(),]")
 
@@ -97,11 +121,6 @@ class RecordingAggregation:
         self.events = 0
         self.lost = 0
         self._time_span = (0, 0)
-        if request.kind == "stacks" or set(request.by or ()) & set(STACK_FIELDS):
-            raise AggregationError(
-                "stacks are not aggregated from a recording yet",
-                hint="aggregate stacks live: probescope stacks SPEC... -c CMD",
-            )
         specs = []
         for spec in request.specs:
             if not isinstance(spec, str):
@@ -125,6 +144,8 @@ class RecordingAggregation:
         if request.kind == "latency":
             self._pair_calls(recording.facts)
         self.fields = self._key_fields()
+        self.stack_fields = tuple(f for f in self.fields if f in STACK_FIELDS)
+        self._check_stacks()
         self._retvals = _return_value_arguments(recording.facts, self.selected)
         self.of = request.of
         self._check_fields()
@@ -221,7 +242,48 @@ class RecordingAggregation:
         if request.kind == "count":
             return ("probe",)
         labels = {label(t) for t in self.selected if t.name not in self.returns}
-        return ("probe",) if len(labels) > 1 else ()
+        several: tuple[str, ...] = ("probe",) if len(labels) > 1 else ()
+        if request.kind == "stacks":  # as the live default: user stacks of user probes
+            user = any(t.kind.is_user for t in self.selected)
+            return (*several, "ustack" if user else "kstack")
+        return several
+
+    def _check_stacks(self) -> None:
+        """Stacks asked for are in the file: the kernel's records of their kind follow at
+        least one selected event (a look through the file, before any value is made)."""
+        if not self.stack_fields:
+            return
+        if self.request.kind == "latency":
+            raise AggregationError(
+                "a latency is not keyed by stacks from a recording",
+                hint="key it by stacks live: probescope latency FUNC --by ustack -c CMD",
+            )
+        wanted = {_STACK_RECORDS[f] for f in self.stack_fields}
+        found = self._stack_records_after(set(self.selected), wanted)
+        missing = [f for f in self.stack_fields if _STACK_RECORDS[f] not in found]
+        if missing:
+            kind = "user" if missing[0] == "ustack" else "kernel"
+            raise AggregationError(
+                f"the recording holds no {kind} stacks of the events selected "
+                f"({', '.join(sorted({label(t) for t in self.selected}))})",
+                hint=STACK_HINTS[missing[0]],
+            )
+
+    def _stack_records_after(self, selected: set[EventType], wanted: set[str]) -> set[str]:
+        """Which of the stack records `wanted` follow a selected event on its CPU."""
+        found: set[str] = set()
+        follows: dict[int, bool] = {}
+        for batch in self.recording.batches():
+            for event in batch.events:
+                event_type = event.type
+                if is_stack_record(event_type):
+                    if follows.get(event.cpu) and event_type.name in wanted:
+                        found.add(event_type.name)
+                        if found == wanted:
+                            return found
+                else:
+                    follows[event.cpu] = event_type in selected
+        return found
 
     def _check_fields(self) -> None:
         """Every argument key and the histogram's argument held by a selected event."""
@@ -245,13 +307,44 @@ class RecordingAggregation:
 
     # -- running -----------------------------------------------------------------------------
 
-    def run(self) -> Aggregation:
-        """Aggregate every selected event of the recording; the values."""
+    def run(
+        self,
+        *,
+        interval: float | None = None,
+        on_interval: Callable[[Aggregation], None] | None = None,
+    ) -> Aggregation:
+        """Aggregate every selected event of the recording; the values (with `interval`, those
+        of the last interval, `on_interval` having been given each one before it)."""
+        aggregator = self._aggregator()
+        batches = self._batches()
+        if interval is None:
+            for batch in batches:
+                aggregator.add_batch(batch)
+            values = _values(aggregator, final=True)
+            values.started_ns, values.ended_ns = self._time_span
+            return values
+        step = max(round(interval * 1e9), 1)
+        started = 0
+        for item in recorded_intervals(batches, step):
+            if isinstance(item, EventBatch):
+                aggregator.add_batch(item)
+                continue
+            values = _values(aggregator, final=False)
+            values.started_ns, values.ended_ns = item
+            aggregator.clear()
+            started = item[1]
+            if on_interval is not None:
+                on_interval(values)
+        values = _values(aggregator, final=True)
+        values.started_ns = started or self._time_span[0]
+        values.ended_ns = self._time_span[1]
+        return values
+
+    def _aggregator(self) -> EventAggregator | LatencyAggregator:
         request = self.request
         plan = KeyPlan(self.fields)
-        aggregator: EventAggregator | LatencyAggregator
         if request.kind == "latency":
-            aggregator = LatencyAggregator(
+            return LatencyAggregator(
                 f"@latency_{request.unit}",
                 plan,
                 self.returns,
@@ -259,31 +352,46 @@ class RecordingAggregation:
                 keep_spans=request.keep_spans,
                 nested=True,
             )
-        else:
-            name = "@count" if request.kind == "count" else f"@{request.of}"
-            retval = RETURN_VALUE if self._retval_index else None
-            aggregator = EventAggregator(
-                name, plan, of=self.of, scale=request.scale, retval_arg=retval
-            )
-        for batch in self._batches():
-            aggregator.add_batch(batch)
-        if isinstance(aggregator, LatencyAggregator):
-            values = aggregator.snapshot(final=True)
-        else:
-            values = aggregator.snapshot()
-        values.started_ns, values.ended_ns = self._time_span
-        return values
+        name = {"count": "@count", "stacks": "@stacks"}.get(request.kind, f"@{request.of}")
+        retval = RETURN_VALUE if self._retval_index else None
+        if not self.stack_fields:
+            return EventAggregator(name, plan, of=self.of, scale=request.scale, retval_arg=retval)
+        stacks = StackOptions(
+            method="fp",
+            kernel_user_walk="ustack" in self.fields,
+            kernel_stacks="kstack" in self.fields,
+            at_function_entry={t.name: RETURN_ADDRESS in t.arg_names for t in self.selected},
+        )
+        frames = RecordedFrames(self.recording.facts, self.recording.context.symbols)
+        return EventAggregator(
+            name,
+            plan,
+            of=self.of,
+            scale=request.scale,
+            retval_arg=retval,
+            symbolizer=frames,
+            stacks=stacks,
+        )
 
     def _batches(self) -> Iterator[EventBatch]:
-        """The recording's batches holding only the selected events, as aggregated."""
+        """The recording's batches holding only the selected events, as aggregated (and, when
+        stacks are keys, the stack records that follow a selected event on its CPU)."""
         types = self._as_aggregated
         retvals = self._retval_index
+        with_stacks = bool(self.stack_fields)
+        follows: dict[int, bool] = {}
         first = last = 0
         for batch in self.recording.batches():
             self.lost += max(batch.lost, 0)
             events: list[Event] = []
             for event in batch.events:
                 typed = types.get(event.type)
+                if with_stacks:
+                    if is_stack_record(event.type):
+                        if follows.get(event.cpu):
+                            events.append(event)
+                        continue
+                    follows[event.cpu] = typed is not None
                 if typed is None:
                     continue
                 index = retvals.get(event.type)
@@ -293,10 +401,43 @@ class RecordingAggregation:
             if batch.events:
                 first = first or batch.events[0].timestamp_ns
                 last = max(last, batch.events[-1].timestamp_ns)
-            self.events += len(events)
+            self.events += sum(1 for e in events if not is_stack_record(e.type))
             if events or batch.lost:
                 yield EventBatch(events, batch.lost, batch.cpu)
         self._time_span = (first, last)
+
+
+def recorded_intervals(
+    batches: Iterable[EventBatch], step_ns: int
+) -> Iterator[EventBatch | tuple[int, int]]:
+    """`batches` cut at the ends of intervals of `step_ns` of recorded time, each end given as
+    the interval's (start, end) in nanoseconds after its events: the first event starts the
+    first interval, an interval with no events is given too (its end right after the
+    previous one's). A stack record stays in its event's interval."""
+    start: int | None = None
+    for batch in batches:
+        events: list[Event] = []
+        lost = batch.lost
+        for event in batch.events:
+            timestamp = event.timestamp_ns
+            if start is None:
+                start = timestamp
+            elif timestamp >= start + step_ns and not is_stack_record(event.type):
+                if events or lost:
+                    yield EventBatch(events, lost, batch.cpu)
+                    events, lost = [], 0
+                while timestamp >= start + step_ns:
+                    yield (start, start + step_ns)
+                    start += step_ns
+            events.append(event)
+        if events or lost:
+            yield EventBatch(events, lost, batch.cpu)
+
+
+def _values(aggregator: EventAggregator | LatencyAggregator, *, final: bool) -> Aggregation:
+    if isinstance(aggregator, LatencyAggregator):
+        return aggregator.snapshot(final=final)
+    return aggregator.snapshot()
 
 
 def _shown(event_type: EventType) -> str:

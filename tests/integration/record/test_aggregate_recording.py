@@ -133,13 +133,16 @@ def test_bad_input_exits_2_without_a_traceback(loop: Path, recording: Path) -> N
     several = probescope(
         "hist", "--input", str(recording), "-i", "1", "-d", "2", "--of", "a", check=False
     )
-    assert several.returncode == 2 and "-d, -i cannot be used with --input" in several.stderr
+    assert several.returncode == 2 and "-d cannot be used with --input" in several.stderr
+    both = probescope("count", "--input", str(recording), "-d", "2", "--engine", "bpf", check=False)
+    assert both.returncode == 2 and "--engine, -d cannot be used with --input" in both.stderr
     probe = probescope("count", "--input", str(recording), f"{loop}:func_2", check=False)
     assert probe.returncode == 2 and "not a probe" in probe.stderr
     unpaired = probescope("latency", "--input", str(recording), "named", check=False)
     assert unpaired.returncode == 2 and "no return events of named" in unpaired.stderr
     stacks = probescope("stacks", "--input", str(recording), "func_2", check=False)
     assert stacks.returncode == 2 and "Traceback" not in stacks.stderr
+    assert "holds no user stacks" in stacks.stderr and "record --stack" in stacks.stderr
     argument = probescope("count", "--input", str(recording), "--by", "size", check=False)
     assert argument.returncode == 2 and "argument named 'size'" in argument.stderr
 
