@@ -57,8 +57,11 @@ def test_without_stack_no_user_stacks(loop: Path) -> None:
         assert [e.name for e in session.events(duration=30)] == ["func_1"] * 2
 
 
-def test_the_ptrace_engine_refuses_user_stacks_with_its_reason(loop: Path) -> None:
+@pytest.mark.parametrize("engine", ["ptrace", "fentry"])
+def test_engines_without_stack_records_refuse_user_stacks_with_the_reason(
+    loop: Path, engine: str
+) -> None:
     with pytest.raises(EngineUnavailable) as raised:
-        create_engine("ptrace", options=EngineOptions(user_stack=True))
+        create_engine(engine, options=EngineOptions(user_stack=True))
     assert "records no user stacks" in raised.value.message
     assert "tracefs" in (raised.value.hint or "")

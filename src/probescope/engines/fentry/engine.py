@@ -66,6 +66,8 @@ class FentryEngine:
         self.buffer_size_kb = buffer_size_kb or (options.buffer_size_kb if options else None)
         # filters (`... if EXPR`, --filter) are evaluated in Python on the decoded events
         self._default_filter = options.default_filter if options else None
+        # stack records after events (--stack) are the kernel's (user)stacktrace: none here
+        self._stacks = options is not None and (options.user_stack or options.kernel_stack)
         self._keep: dict[EventType, Callable[[Event], bool]] = {}
         self._tracer: FentryTracer | None = None
         self._catalog: Catalog | None = None
@@ -80,6 +82,12 @@ class FentryEngine:
     # -- Engine protocol ---------------------------------------------------------------------
 
     def available(self) -> Availability:
+        if self._stacks:
+            return Availability(
+                False,
+                "it records no user stacks (--stack)",
+                "the tracefs engine records them (root: the kernel's userstacktrace)",
+            )
         if platform.machine() != "x86_64":
             return Availability(
                 False, f"the fentry engine is x86_64 only, not {platform.machine()}"
