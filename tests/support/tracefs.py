@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -133,3 +135,46 @@ def trace_cmd_extract(trace_cmd: str, instance: str, out: Path) -> subprocess.Co
         if extracted.returncode == 0 or "/proc/kallsyms" not in extracted.stderr:
             break
     return extracted
+
+
+def trace_cmd_recording(
+    trace_cmd: str,
+    out: Path,
+    definitions: dict[str, str],
+    argv: list[str],
+    *,
+    tag: str,
+    settings: dict[str, str] | None = None,
+    tracepoints: tuple[str, ...] = (),
+) -> str:
+    """A trace.dat that trace-cmd wrote (`trace-cmd record` itself cannot run here: it enables
+    the function tracer, which this kernel refuses; `extract` reads an instance): the uprobes of
+    `definitions` (event name → a `probescope resolve` line) in a group of this process,
+    enabled in a private instance with `settings` (file → value, e.g. trace_clock or
+    options/userstacktrace) and `tracepoints` (system/event) while `argv` runs, extracted into
+    `out`. Everything is removed after. Returns the instance's name (trace-cmd prints it before
+    each line of an instance's events)."""
+    root = tracefs_root()
+    assert root is not None
+    group, instance = f"{tag}_{os.getpid()}", f"{tag}-{os.getpid()}"
+    inst = root / "instances" / instance
+    inst.mkdir()
+    try:
+        for name, line in definitions.items():
+            append(root / "uprobe_events", re.sub(r"^([pr])(:\S+)? ", rf"\1:{group}/{name} ", line))
+        for path, value in (settings or {}).items():
+            (inst / path).write_text(value)
+        (inst / "events" / group / "enable").write_text("1")
+        for tracepoint in tracepoints:
+            (inst / "events" / tracepoint / "enable").write_text("1")
+        subprocess.run(argv, check=True, capture_output=True)
+        (inst / "tracing_on").write_text("0")
+        extracted = trace_cmd_extract(trace_cmd, instance, out)
+        assert extracted.returncode == 0, extracted.stderr
+    finally:
+        if inst.exists():
+            inst.rmdir()
+        for name in definitions:
+            with contextlib.suppress(OSError):
+                append(root / "uprobe_events", f"-:{group}/{name}")
+    return instance

@@ -8,8 +8,6 @@ exits 2 without a traceback. Nothing is left in tracefs.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
 import subprocess
@@ -19,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from support.tracefs import append, skip_reason, trace_cmd_extract, tracefs_root
+from support.tracefs import (
+    skip_reason,
+    trace_cmd_recording,
+)
 
 pytestmark = [
     pytest.mark.root,
@@ -151,39 +152,22 @@ def test_bad_input_exits_2_without_a_traceback(loop: Path, recording: Path) -> N
 def test_a_file_trace_cmd_wrote_is_counted_as_trace_cmd_reports_it(
     loop: Path, tmp_path: Path
 ) -> None:
-    """trace-cmd's file of a private instance (`trace-cmd record` itself cannot run here: it
-    enables the function tracer, which this kernel refuses; `extract` reads an instance)."""
-    root = tracefs_root()
-    assert root is not None
-    group = f"psagg_{os.getpid()}"
-    instance = f"psagg-{os.getpid()}"
+    """trace-cmd's file of a private instance (support.tracefs.trace_cmd_recording)."""
+    assert TRACE_CMD is not None
     definitions = [
         d for d in probescope("resolve", entry(loop), f"r:{loop}:func_2 ret=retval:s64").stdout
         .splitlines() if d.strip()
     ]  # fmt: skip
     names = ["func_2", "func_2__return"]
-    lines = [
-        re.sub(r"^([pr]):\S+ ", rf"\1:{group}/{name} ", line)
-        for line, name in zip(definitions, names, strict=True)
-    ]
-    inst = root / "instances" / instance
-    inst.mkdir()
-    try:
-        for line in lines:
-            append(root / "uprobe_events", line)
-        (inst / "trace_clock").write_text("mono")
-        (inst / "events" / group / "enable").write_text("1")
-        subprocess.run([str(loop), "15"], check=True, capture_output=True)
-        (inst / "tracing_on").write_text("0")
-        out = tmp_path / "tc.dat"
-        extracted = trace_cmd_extract(TRACE_CMD, instance, out)
-        assert extracted.returncode == 0, extracted.stderr
-    finally:
-        if inst.exists():
-            inst.rmdir()
-        for name in names:
-            with contextlib.suppress(OSError):
-                append(root / "uprobe_events", f"-:{group}/{name}")
+    out = tmp_path / "tc.dat"
+    trace_cmd_recording(
+        TRACE_CMD,
+        out,
+        dict(zip(names, definitions, strict=True)),
+        [str(loop), "15"],
+        tag="psagg",
+        settings={"trace_clock": "mono"},
+    )
     theirs = subprocess.run(
         [TRACE_CMD, "report", str(out)], capture_output=True, text=True, check=True
     ).stdout

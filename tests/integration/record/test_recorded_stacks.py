@@ -10,9 +10,7 @@ the per-interval counts of `-i`. Nothing is left in tracefs.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -22,7 +20,10 @@ from pathlib import Path
 import pytest
 
 from integration.tracefs_engine.conftest import target
-from support.tracefs import append, skip_reason, trace_cmd_extract, tracefs_root
+from support.tracefs import (
+    skip_reason,
+    trace_cmd_recording,
+)
 
 pytestmark = [
     pytest.mark.root,
@@ -216,30 +217,20 @@ def test_user_stacks_of_a_file_trace_cmd_wrote(program: Path, tmp_path: Path) ->
     itself enables the function tracer, which this kernel refuses): a stack per hit, its
     frames addresses (trace-cmd keeps no maps), as many as trace-cmd reports."""
     assert TRACE_CMD is not None
-    root = tracefs_root()
-    assert root is not None
-    group, instance = f"psstk_{os.getpid()}", f"psstk-{os.getpid()}"
     (definition,) = [
         line
         for line in probescope("resolve", f"{program}:leaf").stdout.splitlines()
         if line.strip()
     ]
-    inst = root / "instances" / instance
-    inst.mkdir()
-    try:
-        append(root / "uprobe_events", re.sub(r"^p:\S+ ", f"p:{group}/leaf ", definition))
-        (inst / "options" / "userstacktrace").write_text("1")
-        (inst / "events" / group / "enable").write_text("1")
-        subprocess.run([str(program), "2"], check=True)
-        (inst / "tracing_on").write_text("0")
-        out = tmp_path / "tc.dat"
-        extracted = trace_cmd_extract(TRACE_CMD, instance, out)
-        assert extracted.returncode == 0, extracted.stderr
-    finally:
-        if inst.exists():
-            inst.rmdir()
-        with contextlib.suppress(OSError):
-            append(root / "uprobe_events", f"-:{group}/leaf")
+    out = tmp_path / "tc.dat"
+    trace_cmd_recording(
+        TRACE_CMD,
+        out,
+        {"leaf": definition},
+        [str(program), "2"],
+        tag="psstk",
+        settings={"options/userstacktrace": "1"},
+    )
     theirs = subprocess.run(
         [TRACE_CMD, "report", str(out)], capture_output=True, text=True, check=True
     ).stdout
