@@ -79,4 +79,5 @@ bench: bench-deps venv
 	$(PY) bench/bench_aggregate.py
 
 clean:
-	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache \
+		src/probescope/traceevent/_fastformat*.so

@@ -334,6 +334,7 @@ static int load(Ctx *c, Stream *s) {
     long long lost = 0;
     s->live = 0;
     for (;;) {
+        if (PyErr_CheckSignals() < 0) return -1; /* Ctrl-C during a long report */
         int more = next_sub_buffer(s);
         if (more < 0) return -1;
         if (!more) return lost_line(c, s->cpu, lost);
