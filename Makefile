@@ -5,9 +5,10 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the tests need (compilers for the test targets, <sys/sdt.h>, real programs:
 # nginx, redis-server under redis-benchmark, and Go for a register-ABI target; trace-cmd to read
-# recordings; perf as the reference for unwound stacks, chromium to render the SVG flame graph).
+# recordings; perf as the reference for unwound stacks, chromium to render the SVG flame graph;
+# python3-dev for the report accelerator's C extension when python3 is Debian's own).
 TEST_PACKAGES := gcc g++ make binutils systemtap-sdt-dev xz-utils nginx golang-go trace-cmd \
-	redis-server redis-tools linux-perf chromium
+	redis-server redis-tools linux-perf chromium python3-dev
 # The QEMU test guest (tests/vm); its tests skip with a reason when these cannot be installed.
 VM_PACKAGES := qemu-system-x86 busybox-static cpio
 # Peers the benchmarks measure probescope against.
@@ -74,7 +75,9 @@ bench: bench-deps venv
 	$(PY) bench/bench_static.py
 	$(PY) bench/bench_fentry.py
 	$(PY) bench/bench_record.py
+	$(PY) bench/bench_report.py
 	$(PY) bench/bench_aggregate.py
 
 clean:
-	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) demo/build build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache \
+		src/probescope/traceevent/_fastformat*.so

@@ -14,6 +14,8 @@ from typing import IO, Any
 from probescope.language.model import ProbeKind
 from probescope.record.recording import Recording
 from probescope.sinks.base import open_sink, output_format, output_formats
+from probescope.sinks.text import TextSink
+from probescope.sinks.text_program import write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,11 +41,14 @@ def run(args: argparse.Namespace) -> int:
         )
         events = lost = 0
         try:
-            for batch in recording.batches():
-                if batch.events or batch.lost:
-                    sink.write_batch(batch)
-                    events += len(batch.events)
-                    lost += max(batch.lost, 0)
+            if isinstance(sink, TextSink):  # through the compiled loop where it is built
+                events, lost = write_text(recording, sink)
+            else:
+                for batch in recording.batches():
+                    if batch.events or batch.lost:
+                        sink.write_batch(batch)
+                        events += len(batch.events)
+                        lost += max(batch.lost, 0)
         except BrokenPipeError:  # `probescope report FILE | head`: the reader had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 128 + signal.SIGPIPE  # as every command (cli/main.py), as a Unix tool

@@ -23,8 +23,10 @@ from probescope.record.offline_context import (
     recording_context,
 )
 from probescope.record.tracedat import OPTION_PROBESCOPE, OPTION_UNAME, TraceBuffer, TraceDat
+from probescope.traceevent.accel import RawCpuStream
 from probescope.traceevent.context import KernelContext
 from probescope.traceevent.decoder import EventDecoder
+from probescope.traceevent.event_layout import EventLayout
 from probescope.traceevent.format import EventFormat
 from probescope.traceevent.merge import merge_cpu_batches
 from probescope.traceevent.ringbuffer import split_sub_buffers
@@ -164,17 +166,52 @@ class Recording:
         ]
         yield from merge_cpu_batches(streams)
 
+    def raw_streams(self) -> list[RawCpuStream]:
+        """The undecoded data of every CPU of every buffer, as `batches()` merges it (for the
+        compiled report loop, `sinks/text_program.py`)."""
+        return [
+            RawCpuStream(
+                buffer.cpus[index].cpu,
+                self.decoder(buffer.page_size),
+                self._cpu_chunks(buffer, index),
+            )
+            for buffer in self.dat.buffers
+            for index in range(len(buffer.cpus))
+            if buffer.cpus[index].size
+        ]
+
+    def event_layout(self, event_id: int) -> EventLayout | None:
+        """How records of `event_id` decode, learning the event's format from the file first if
+        it was not read yet; None for records `batches()` leaves out (counted in `skipped`)."""
+        decoder = self.decoder(self.dat.page_size)
+        layout = decoder.layout_of(event_id)
+        if layout is None and event_id in self._untried and self._learn([event_id]):
+            layout = decoder.layout_of(event_id)
+        return layout
+
+    def _cpu_chunks(self, buffer: TraceBuffer, index: int) -> Iterator[bytes]:
+        """One CPU's data in whole sub-buffers; a partial sub-buffer at its end is an error."""
+        cpu = buffer.cpus[index]
+        size = self.decoder(buffer.page_size).layout.size
+        carry = b""
+        for run in self.dat.sub_buffers(buffer, cpu):
+            data = carry + run if carry else run
+            whole = len(data) - len(data) % size
+            carry = data[whole:]
+            yield data[:whole] if carry else data
+        if carry.strip(b"\0"):
+            raise RecordingError(
+                f"cpu {cpu.cpu}: the data ends with {len(carry)} bytes, not a whole "
+                f"{size}-byte sub-buffer"
+            )
+
     def _cpu_stream(self, buffer: TraceBuffer, index: int) -> Iterator[EventBatch]:
         cpu = buffer.cpus[index]
         decoder = self.decoder(buffer.page_size)
         layout = decoder.layout
-        carry = b""
-        for run in self.dat.sub_buffers(buffer, cpu):
-            data = carry + run if carry else run
-            whole = len(data) - len(data) % layout.size
-            carry = data[whole:]
+        for data in self._cpu_chunks(buffer, index):
             skipped = self.skipped
-            for sub_buffer in split_sub_buffers(layout, data[:whole]):
+            for sub_buffer in split_sub_buffers(layout, data):
                 before = dict(skipped) if self._untried else None
                 batch = decoder.decode(sub_buffer, cpu.cpu)
                 if before is not None and skipped != before:
@@ -184,11 +221,6 @@ class Recording:
                         skipped.update(before)
                         batch = decoder.decode(sub_buffer, cpu.cpu)
                 yield batch
-        if carry.strip(b"\0"):
-            raise RecordingError(
-                f"cpu {cpu.cpu}: the data ends with {len(carry)} bytes, not a whole "
-                f"{layout.size}-byte sub-buffer"
-            )
 
     def known_event_types(self) -> list[EventType]:
         """The event types the file describes before any record is read: a probescope file's

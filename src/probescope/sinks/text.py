@@ -181,6 +181,30 @@ class TextSink:
             parts.append(line(event))
         self._emit("".join(parts))
 
+    def context_columns(self, tid: int, comm: str) -> str:
+        """The task columns a line of thread `tid` starts with: `comm-tid `, and the tgid
+        column when it is on (for the report accelerator, `sinks/text_program.py`)."""
+        text = f"{comm:>16}-{tid:<7d} "
+        if self._context.tgids is not None:
+            text += self._context._tgid_column(tid)
+        return text
+
+    def flag_column(self, flags: int, preempt_count: int) -> str:
+        """The five flag letters (empty with `irq_info` off)."""
+        if not self._context.irq_info:
+            return ""
+        text: str = self._context.namespace["_lat"][(flags << 8) | preempt_count]
+        return text
+
+    @property
+    def in_ns(self) -> bool:
+        """Whether timestamps print as seconds.microseconds (else as raw counts)."""
+        return self._context.in_ns
+
+    @property
+    def irq_info(self) -> bool:
+        return self._context.irq_info
+
     def flush(self) -> None:
         self.stream.flush()
         self._watch.check()

@@ -14,7 +14,7 @@ kernel's `trace` file prints them.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from probescope.errors import RingBufferFormatError
 from probescope.events import Event, EventBatch, EventType
@@ -70,6 +70,7 @@ class EventDecoder:
         self._tgids: dict[int, int] = {}
         self._events: dict[int, EventLayout] = {}
         self._reader: SubBufferReader | None = None
+        self._handlers: dict[int, Callable[..., Event]] | None = None
         self.update_comms(comms or {})
         self.update_tgids(tgids or {})
 
@@ -145,7 +146,31 @@ class EventDecoder:
                 )
         self._events[event_format.id] = compiled
         self._reader = None
+        self._handlers = None
         return compiled.event_type
+
+    def layout_of(self, event_id: int) -> EventLayout | None:
+        """What the decoder reads of `event_id`'s records, or None for an event not given."""
+        return self._events.get(event_id)
+
+    def comm(self, tid: int) -> str:
+        """The comm records of `tid` carry (`<...>` when unknown, `<idle>` for 0)."""
+        return self._comms.get(tid, UNKNOWN_COMM)
+
+    def decode_record(self, sub_buffer: bytes, start: int, pos: int, ts: int, cpu: int) -> Event:
+        """The Event of one record whose payload is `sub_buffer[start:pos]`, at time `ts` —
+        decoded by the same compiled code `decode` runs for a whole sub-buffer."""
+        if self._handlers is None:
+            self._handlers = self._compile_handlers(self._namespace())
+        order = self.layout.byteorder
+        type_id = int.from_bytes(sub_buffer[start : start + 2], order)
+        handler = self._handlers.get(type_id)
+        if handler is None:
+            _unknown_event(type_id, start)
+        try:
+            return handler(sub_buffer, start, pos, ts, cpu)  # type: ignore[misc]
+        except (struct.error, IndexError) as error:
+            raise RingBufferFormatError(f"cpu {cpu}: malformed sub-buffer: {error}") from None
 
     def decode(self, sub_buffer: bytes, cpu: int) -> EventBatch:
         """Decode one sub-buffer read from `per_cpu/cpu<cpu>/trace_pipe_raw`."""
@@ -164,7 +189,9 @@ class EventDecoder:
         for sub_buffer in split_sub_buffers(self.layout, data):
             yield self.decode(sub_buffer, cpu)
 
-    def _compile(self) -> SubBufferReader:
+    def _namespace(self) -> dict[str, object]:
+        """The globals of the compiled decoding code: helpers, and per event its unpacker and
+        EventType."""
         prefix = self.layout.struct_prefix
         namespace: dict[str, object] = {
             "_new": tuple.__new__,
@@ -177,6 +204,29 @@ class EventDecoder:
             "_short": _short_record,
             "_bad_location": _bad_location,
         }
+        for event in sorted(self._events.values(), key=lambda e: e.format.id):
+            namespace[f"_unpack_{event.format.id}"] = struct.Struct(
+                _struct_format(event, prefix)
+            ).unpack_from
+            namespace[f"_type_{event.format.id}"] = event.event_type
+        return namespace
+
+    def _compile_handlers(self, namespace: dict[str, object]) -> dict[int, Callable[..., Event]]:
+        """One function per event: `(sub_buffer, start, pos, ts, cpu) -> Event`."""
+        handlers: dict[int, Callable[..., Event]] = {}
+        for event in sorted(self._events.values(), key=lambda e: e.format.id):
+            source = "\n".join(
+                [f"def _decode_{event.format.id}(sub_buffer, start, pos, ts, cpu):"]
+                + ["    " + line for line in _event_body(event, cached_task=False)]
+                + [f"    return {_event_expr(event)}"]
+            )
+            filename = f"<probescope decoder for {event.format.label}>"
+            exec(compile(source, filename, "exec"), namespace)
+            handlers[event.format.id] = namespace[f"_decode_{event.format.id}"]  # type: ignore[assignment]
+        return handlers
+
+    def _compile(self) -> SubBufferReader:
+        namespace = self._namespace()
         type_id = (
             "words[start >> 2] & 0xffff"
             if self.layout.byteorder == "little"
@@ -188,11 +238,6 @@ class EventDecoder:
             else "_skipped[type_id] = _skipped.get(type_id, 0) + 1"
         )
         events = sorted(self._events.values(), key=lambda e: e.format.id)
-        for event in events:
-            namespace[f"_unpack_{event.format.id}"] = struct.Struct(
-                _struct_format(event, prefix)
-            ).unpack_from
-            namespace[f"_type_{event.format.id}"] = event.event_type
         if len(events) <= INLINE_EVENT_LIMIT:
             setup = f"last_tid = -1\ncomm = {UNKNOWN_COMM!r}\ntgid = -1"
             lines = [f"type_id = {type_id}"]
@@ -212,17 +257,7 @@ class EventDecoder:
                 namespace=namespace,
                 name="decode_sub_buffer",
             )
-        handlers: dict[int, object] = {}
-        for event in events:
-            source = "\n".join(
-                [f"def _decode_{event.format.id}(sub_buffer, start, pos, ts, cpu):"]
-                + ["    " + line for line in _event_body(event, cached_task=False)]
-                + [f"    return {_event_expr(event)}"]
-            )
-            filename = f"<probescope decoder for {event.format.label}>"
-            exec(compile(source, filename, "exec"), namespace)
-            handlers[event.format.id] = namespace[f"_decode_{event.format.id}"]
-        namespace["_handlers"] = handlers
+        namespace["_handlers"] = self._compile_handlers(namespace)
         dispatch = "\n".join(
             [
                 f"type_id = {type_id}",

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from integration.tracefs_engine.conftest import target
+from probescope.traceevent.accel import DISABLE_VARIABLE
 from support.tracefs import append, skip_reason, trace_cmd_extract, tracefs_root
 
 pytestmark = [
@@ -100,7 +102,7 @@ def test_trace_cmd_reads_a_tracefs_recording_as_probescope_does(loop: Path, tmp_
         *specs(loop),
         "t:sched:sched_process_exit",
     )
-    ours = probescope("report", "-q", str(out)).stdout
+    ours = report_both(out)
     theirs = subprocess.run(
         [TRACE_CMD, "report", str(out)],
         capture_output=True,
@@ -154,7 +156,7 @@ def test_a_recording_reports_what_the_live_session_prints(
     live = probescope("trace", "-q", "--engine", engine, "-c", f"{loop} 25", *specs(loop)).stdout
     out = tmp_path / f"{engine}.dat"
     probescope("record", "-q", "--engine", engine, "-o", str(out), "-c", f"{loop} 25", *specs(loop))
-    reported = probescope("report", "-q", str(out)).stdout
+    reported = report_both(out)
     assert normalized(reported) == normalized(live)
     assert len(normalized(reported)) == 75
     jsonl = probescope("report", "-q", "-f", "jsonl", str(out)).stdout.splitlines()
@@ -212,7 +214,7 @@ def test_a_file_trace_cmd_wrote_reports_as_trace_cmd_reports_it(loop: Path, tmp_
         errors="surrogateescape",
     ).stdout
     their_lines = parsed(re.sub(rf"^{instance}: ", "", theirs, flags=re.MULTILINE), THEIRS)
-    ours = probescope("report", "-q", str(out)).stdout
+    ours = report_both(out)
     our_lines = parsed(ours, OURS)
     mine = [row for row in our_lines if row["event"] in names]
     assert len(mine) == 45
@@ -275,3 +277,54 @@ def test_what_is_not_a_recording_is_refused_without_a_traceback(tmp_path: Path) 
     result = probescope("report", str(bad), check=False)
     assert result.returncode == 2
     assert "not a trace.dat file" in result.stderr and "Traceback" not in result.stderr
+
+
+def report_both(path: Path, *args: str) -> str:
+    """`probescope report` through the compiled loop and through pure Python: the same bytes
+    (the compiled run is checked to be one in tests/unit/record/test_report_accelerator.py)."""
+    compiled = subprocess.run(
+        [sys.executable, "-m", "probescope", "report", "-q", *args, str(path)],
+        capture_output=True,
+        check=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != DISABLE_VARIABLE},
+    ).stdout
+    python = subprocess.run(
+        [sys.executable, "-m", "probescope", "report", "-q", *args, str(path)],
+        capture_output=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, DISABLE_VARIABLE: "1"},
+    ).stdout
+    assert compiled == python
+    return compiled.decode("utf-8", "surrogateescape")
+
+
+def test_the_compiled_report_prints_what_python_prints(tmp_path: Path) -> None:
+    """Every argument printer the compiled loop has, on both CPUs, with a tracepoint it leaves
+    to Python interleaved in the same merged stream."""
+    program = target("argtypes", ("-O1", "-g", "-pthread"))
+    out = tmp_path / "types.dat"
+    probescope(
+        "record",
+        "-q",
+        "--engine",
+        "tracefs",
+        "-o",
+        str(out),
+        "-c",
+        f"{program} 400",
+        f"{program}:mix a=arg1:s8 b=arg2:u16 c=arg3:x32 d=arg4:s64 s=+0(arg5):string "
+        "l=arg6:char",
+        f"r:{program}:mix ret=retval:s64",
+        "t:sched:sched_switch",
+    )
+    text = report_both(out)
+    lines = parsed(text, OURS)
+    events = Counter(row["event"] for row in lines)
+    assert events["mix"] == events["mix__return"] == 800
+    assert events["sched_switch"] > 0
+    if (os.cpu_count() or 1) > 1:
+        assert {row["cpu"] for row in lines if row["event"] == "mix"} == {"000", "001"}
+    assert "(fault)" in text and 's=""' in text and 's="café"' in text
+    assert report_both(out, "-o", "/dev/stdout") == text

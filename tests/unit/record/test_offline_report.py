@@ -16,6 +16,8 @@ from probescope.record.recording import Recording
 from probescope.record.tracedat import OPTION_PROBESCOPE, OPTION_TRACECLOCK, TraceDat
 from probescope.record.tracedat_writer import CpuSource, TraceDatContents, write_tracedat
 from probescope.sinks.base import open_sink
+from probescope.sinks.text_program import write_text
+from support.report_paths import report_path  # noqa: F401
 from unit.traceevent.test_offline_context import no_live_kernel, trace_body  # noqa: F401
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -57,6 +59,7 @@ def test_a_recording_reports_what_the_kernel_printed(
     case: Path,
     tmp_path: Path,
     no_live_kernel: list[str],  # noqa: F811
+    report_path: str,  # noqa: F811
 ) -> None:
     path = tmp_path / "trace.dat"
     meta = fixture_file(case, path, with_facts=True)
@@ -71,8 +74,7 @@ def test_a_recording_reports_what_the_kernel_printed(
             irq_info=bool(meta["irq_info"]),
             lost_lines=False,  # `trace` does not print losses; `trace_pipe` does
         )
-        for batch in recording.batches():
-            sink.write_batch(batch)
+        write_text(recording, sink)
         assert recording.context.release == meta["release"]
         assert recording.skipped == {}
     assert out.getvalue() == trace_body((case / "trace").read_bytes())
