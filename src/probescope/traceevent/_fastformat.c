@@ -49,15 +49,26 @@ typedef struct {
     PyObject *write;
 } Out;
 
+/* A short write is written on from where it stopped: a pipe whose reader left mid-write takes
+   part of a chunk, and only the next write raises BrokenPipeError (`report | head`). */
 static int out_flush(Out *o) {
-    if (!o->len) return 0;
-    PyObject *chunk = PyBytes_FromStringAndSize(o->data, o->len);
-    if (!chunk) return -1;
+    Py_ssize_t done = 0;
+    while (done < o->len) {
+        PyObject *chunk = PyBytes_FromStringAndSize(o->data + done, o->len - done);
+        if (!chunk) return -1;
+        PyObject *r = PyObject_CallOneArg(o->write, chunk);
+        Py_DECREF(chunk);
+        if (!r) return -1;
+        Py_ssize_t n = PyLong_AsSsize_t(r);  /* binary streams return the count written */
+        Py_DECREF(r);
+        if (n <= 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_OSError, "the output took no bytes");
+            return -1;
+        }
+        done += n;
+    }
     o->len = 0;
-    PyObject *r = PyObject_CallOneArg(o->write, chunk);
-    Py_DECREF(chunk);
-    if (!r) return -1;
-    Py_DECREF(r);
     return 0;
 }
 
