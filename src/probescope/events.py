@@ -11,6 +11,10 @@ from typing import Any, NamedTuple
 
 from probescope.language.model import ArgType, ProbeKind, ProbeSpec
 
+HIDDEN_PREFIX = "__ps_"
+"""Names of the arguments probescope fetches for itself (an aggregation's return value or stack
+pointer, the return address a recorded stack lacks): in the records, never in printed events."""
+
 
 @dataclass(frozen=True, eq=False)
 class EventType:
@@ -28,6 +32,17 @@ class EventType:
     # sink evaluates a tracepoint's `print fmt` from it). The decoder sets it; it is how the
     # formats of a session's events reach its sinks, with no registry in between.
     format: Any = field(default=None, compare=False)
+
+    def shown_arguments(self) -> list[tuple[int, str, ArgType]]:
+        """(index in an event's args, name, type) of the arguments sinks print: all but the
+        hidden ones (HIDDEN_PREFIX)."""
+        return [
+            (index, name, arg_type)
+            for index, (name, arg_type) in enumerate(
+                zip(self.arg_names, self.arg_types, strict=False)
+            )
+            if not name.startswith(HIDDEN_PREFIX)
+        ]
 
     @classmethod
     def of_probe(

@@ -21,10 +21,6 @@ STACK_FIELDS = ("ustack", "kstack")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FRIENDLY_ARG = re.compile(r"arg[1-9][0-9]*")
 
-HIDDEN_PREFIX = "__ps_"
-"""Arguments probescope adds to a probe for its own use carry this prefix (and are never keys
-under that name)."""
-
 _CPU = Event._fields.index("cpu")
 _PID = Event._fields.index("pid")
 _TID = Event._fields.index("tid")

@@ -25,11 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from probescope.aggregate.aggregators import StackOptions, StackResolver
-from probescope.aggregate.keys import HIDDEN_PREFIX, KeyPlan, probe_label
+from probescope.aggregate.keys import KeyPlan, probe_label
 from probescope.aggregate.maps import AggregateMap, Aggregation, Key, Span
 from probescope.aggregate.symbolize import Symbolizer
 from probescope.aggregate.values import Frame, Latency
-from probescope.events import Event, EventBatch, EventType
+from probescope.events import HIDDEN_PREFIX, Event, EventBatch, EventType
 
 STACK_POINTER = f"{HIDDEN_PREFIX}sp"
 RETURN_VALUE = f"{HIDDEN_PREFIX}retval"

@@ -20,10 +20,9 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from probescope.aggregate.keys import HIDDEN_PREFIX
 from probescope.aggregate.unwind import StackSample
 from probescope.errors import ProbescopeError
-from probescope.events import Event, EventType
+from probescope.events import HIDDEN_PREFIX, Event, EventType
 from probescope.language.arch import Arch, host_arch
 from probescope.language.fetchargs import ParseFlags, parse_fetcharg
 from probescope.language.model import FetchArg, ProbeSpec

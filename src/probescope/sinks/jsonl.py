@@ -68,7 +68,10 @@ class JsonLinesSink:
             **head,
             "ip": event.ip,
             "ret_ip": event.ret_ip,
-            "args": dict(zip(event.type.arg_names, map(_json_value, event.args), strict=False)),
+            "args": {
+                name: _json_value(event.args[index])
+                for index, name, _ in event.type.shown_arguments()
+            },
             "common_flags": event.flags,
             "common_preempt_count": event.preempt_count,
         }
@@ -141,9 +144,7 @@ def _line_printer(event_type: EventType) -> Callable[[Event], str]:
         f"_ret({field['ret_ip']})",
     ]
     pieces = []
-    for index, (name, arg_type) in enumerate(
-        zip(event_type.arg_names, event_type.arg_types, strict=False)
-    ):
+    for index, name, arg_type in event_type.shown_arguments():
         conversion, expression = _value_expression(arg_type, f"{field['args']}[{index}]")
         pieces.append(_encode(name).replace("%", "%%") + ":" + conversion)
         values.append(expression)

@@ -177,8 +177,8 @@ class PerfettoSink:
             _set(annotations.add(), "ip", event.ip)
         if event.ret_ip is not None:
             _set(annotations.add(), "ret_ip", event.ret_ip)
-        for name, value in zip(event.type.arg_names, event.args, strict=False):
-            _set(annotations.add(), name, value)
+        for index, name, _ in event.type.shown_arguments():
+            _set(annotations.add(), name, event.args[index])
 
     def _attach_stack(self, stack_event: Event) -> None:
         pending = self._pending

@@ -365,9 +365,7 @@ def _arguments(
     """` ARG=VALUE` per argument as trace_probe.c prints them: template, values, helpers."""
     template = ""
     values: list[str] = []
-    for index, (arg_name, arg_type) in enumerate(
-        zip(event_type.arg_names, event_type.arg_types, strict=True)
-    ):
+    for index, arg_name, arg_type in event_type.shown_arguments():
         conversion, expression = _arg_printer(arg_type, f"e[{_ARGS}][{index}]")
         template += f" {arg_name.replace('%', '%%')}={conversion}"
         values.append(expression)

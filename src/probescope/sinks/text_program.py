@@ -198,9 +198,8 @@ def _line_ops(layout: EventLayout, sink: TextSink) -> bytes | None:
         ops.literal(f"{event_type.name}: (0x")
         ops.integer(fmt.field(layout.ip_field), hexadecimal=True)
     ops.literal(")")
-    for name, arg_type, value in zip(
-        event_type.arg_names, event_type.arg_types, layout.values, strict=True
-    ):
+    for index, name, arg_type in event_type.shown_arguments():
+        value = layout.values[index]
         ops.literal(f" {name}=")
         if not ops.argument(arg_type, value):
             return None

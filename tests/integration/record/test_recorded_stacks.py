@@ -109,6 +109,22 @@ def test_stacks_of_a_recording_are_the_live_stacks(
     assert from_main(by_cfi) == expected
 
 
+def test_the_report_prints_what_the_live_trace_prints(program: Path, recording: Path) -> None:
+    """The return address `record --stack` fetches for itself (__ps_ret) is in the file (trace-cmd
+    prints it) but not in probescope's report, which prints what `trace --stack` prints."""
+    text = probescope("report", "-q", str(recording)).stdout
+    entries = [line for line in text.splitlines() if ": leaf: (0x" in line]
+    assert len(entries) == BURSTS * sum(PER_BURST.values())
+    assert all(line.endswith(")") for line in entries), entries[0]
+    assert text.count("<user stack trace>") == len(entries)
+    record = json.loads(probescope("report", "-q", "-f", "jsonl", str(recording)).stdout.split()[0])
+    assert record["event"] == "leaf" and record["args"] == {}
+    live = probescope(
+        "trace", "--engine", "tracefs", "--stack", "-c", f"{program} 1 0", f"{program}:leaf"
+    ).stdout
+    assert next(line for line in live.splitlines() if ": leaf: (0x" in line).endswith(")")
+
+
 def test_text_json_and_svg_of_recorded_stacks(recording: Path, tmp_path: Path) -> None:
     text = probescope("stacks", "-q", "--input", str(recording)).stdout
     # main's call sites: path_a's loop unrolled 3x, path_b's 2x (leaf directly, via path_a)
