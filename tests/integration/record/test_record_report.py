@@ -10,7 +10,6 @@ recording agree with its events, and a DuckDB query over the Parquet file counts
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -24,7 +23,10 @@ import pytest
 
 from integration.tracefs_engine.conftest import target
 from probescope.traceevent.accel import DISABLE_VARIABLE
-from support.tracefs import append, skip_reason, trace_cmd_extract, tracefs_root
+from support.tracefs import (
+    skip_reason,
+    trace_cmd_recording,
+)
 
 pytestmark = [
     pytest.mark.root,
@@ -178,34 +180,19 @@ def test_a_recording_reports_what_the_live_session_prints(
 
 @needs_trace_cmd
 def test_a_file_trace_cmd_wrote_reports_as_trace_cmd_reports_it(loop: Path, tmp_path: Path) -> None:
-    root = tracefs_root()
-    assert root is not None
-    group = f"pstest_{os.getpid()}"
-    instance = f"pstest-{os.getpid()}"
-    definitions = probescope("resolve", *specs(loop)).stdout.split("\n")
-    lines = [re.sub(r"^([pr]):\S+/", rf"\1:{group}/", d) for d in definitions if d.strip()]
-    lines = [re.sub(r"^([pr]) ", rf"\1:{group}/PLACEHOLDER ", d) for d in lines]
+    assert TRACE_CMD is not None
+    definitions = [d for d in probescope("resolve", *specs(loop)).stdout.split("\n") if d.strip()]
     names = ["func_2", "func_2__return", "named"]
-    lines = [line.replace("PLACEHOLDER", name) for line, name in zip(lines, names, strict=True)]
-    (root / "instances" / instance).mkdir()
-    try:
-        for line in lines:
-            append(root / "uprobe_events", line)
-        inst = root / "instances" / instance
-        (inst / "trace_clock").write_text("mono")
-        (inst / "events" / group / "enable").write_text("1")
-        (inst / "events/sched/sched_process_exec/enable").write_text("1")
-        subprocess.run([str(loop), "15"], check=True, capture_output=True)
-        (inst / "tracing_on").write_text("0")
-        out = tmp_path / "tc.dat"
-        extracted = trace_cmd_extract(TRACE_CMD, instance, out)
-        assert extracted.returncode == 0, extracted.stderr
-    finally:
-        if (root / "instances" / instance).exists():
-            (root / "instances" / instance).rmdir()
-        for name in names:
-            with contextlib.suppress(OSError):
-                append(root / "uprobe_events", f"-:{group}/{name}")
+    out = tmp_path / "tc.dat"
+    instance = trace_cmd_recording(
+        TRACE_CMD,
+        out,
+        dict(zip(names, definitions, strict=True)),
+        [str(loop), "15"],
+        tag="pstest",
+        settings={"trace_clock": "mono"},
+        tracepoints=("sched/sched_process_exec",),
+    )
     theirs = subprocess.run(
         [TRACE_CMD, "report", str(out)],
         capture_output=True,
@@ -314,8 +301,7 @@ def test_the_compiled_report_prints_what_python_prints(tmp_path: Path) -> None:
         str(out),
         "-c",
         f"{program} 400",
-        f"{program}:mix a=arg1:s8 b=arg2:u16 c=arg3:x32 d=arg4:s64 s=+0(arg5):string "
-        "l=arg6:char",
+        f"{program}:mix a=arg1:s8 b=arg2:u16 c=arg3:x32 d=arg4:s64 s=+0(arg5):string l=arg6:char",
         f"r:{program}:mix ret=retval:s64",
         "t:sched:sched_switch",
     )
