@@ -4,8 +4,9 @@ pandas, Polars, Spark or Trino query without probescope, across a fleet's record
 Columns: `host` and `release` (of the recording, for queries over many hosts' files), `ts`
 (trace clock ns, uint64), `cpu`, `pid`, `tid`, `comm`, `group`, `event`, `kind`, `ip` and
 `ret_ip` (uint64, exact: kernel addresses exceed 2**63), `common_flags`,
-`common_preempt_count`, and per event type one struct column `args_EVENT` (`args_GROUP_EVENT`
-when two groups share an event name) holding that event's arguments typed as recorded:
+`common_preempt_count`, and per event type with arguments one struct column `args_EVENT`
+(`args_GROUP_EVENT` when two groups share an event name) holding its arguments (those probescope
+fetched for itself, `__ps_*`, left out) typed as recorded:
 integers of their width and signedness, strings (null: the read faulted), lists for arrays,
 binary for raw bytes. Rows of other events hold null there. Events are converted to Arrow
 arrays batch by batch and the file is written at `close()`, when every event type is known.
@@ -69,16 +70,21 @@ class ParquetSink:
         self.compression = compression
         self.lost = 0
         self.rows = 0
-        self._columns: dict[EventType, str] = {}
+        self._columns: dict[EventType, str | None] = {}
         self._names: dict[str, EventType] = {}
         self._struct_types: dict[str, Any] = {}
         self._pieces: list[tuple[Any, str | None]] = []
         self._closed = False
 
-    def _column(self, event_type: EventType) -> str:
-        column = self._columns.get(event_type)
-        if column is not None:
-            return column
+    def _column(self, event_type: EventType) -> str | None:
+        """The struct column of this type's arguments; None when it has none to show (Parquet
+        holds no struct without fields)."""
+        if event_type in self._columns:
+            return self._columns[event_type]
+        shown = event_type.shown_arguments()
+        if not shown:
+            self._columns[event_type] = None
+            return None
         column = "args_" + _NAME.sub("_", event_type.name)
         other = self._names.get(column)
         if other is not None and (other.group, other.name) != (event_type.group, event_type.name):
@@ -86,10 +92,7 @@ class ParquetSink:
         self._names.setdefault(column, event_type)
         self._columns[event_type] = column
         pa = self.pa
-        typed = zip(event_type.arg_names, event_type.arg_types, strict=False)
-        fields = [
-            pa.field(name or f"arg{i}", arrow_type(pa, t)) for i, (name, t) in enumerate(typed)
-        ]
+        fields = [pa.field(name or f"arg{i}", arrow_type(pa, t)) for i, name, t in shown]
         self._struct_types.setdefault(column, pa.struct(fields))
         return column
 
@@ -108,17 +111,18 @@ class ParquetSink:
     def _table(self, event_type: EventType, events: list[Event]) -> Any:
         pa = self.pa
         column = self._column(event_type)
-        struct_type = self._struct_types[column]
         count = len(events)
-        arg_columns = [
-            pa.array([_plain(e.args[i]) for e in events], type=struct_type.field(i).type)
-            for i in range(struct_type.num_fields)
-        ]
-        if arg_columns:
-            args = pa.StructArray.from_arrays(arg_columns, fields=list(struct_type))
-        else:
-            args = pa.array([{}] * count, struct_type)
-        return {
+        piece: dict[str, Any] = {}
+        if column is not None:
+            struct_type = self._struct_types[column]
+            arg_columns = [
+                pa.array([_plain(e.args[index]) for e in events], type=field.type)
+                for field, (index, _, _) in zip(
+                    struct_type, event_type.shown_arguments(), strict=True
+                )
+            ]
+            piece[column] = pa.StructArray.from_arrays(arg_columns, fields=list(struct_type))
+        return piece | {
             "ts": pa.array([e.timestamp_ns for e in events], pa.uint64()),
             "cpu": pa.array([e.cpu for e in events], pa.int32()),
             "pid": pa.array([e.pid for e in events], pa.int32()),
@@ -131,7 +135,6 @@ class ParquetSink:
             "ret_ip": pa.array([e.ret_ip for e in events], pa.uint64()),
             "common_flags": pa.array([e.flags for e in events], pa.uint8()),
             "common_preempt_count": pa.array([e.preempt_count for e in events], pa.uint8()),
-            column: args,
         }
 
     def flush(self) -> None:

@@ -76,3 +76,37 @@ def test_an_empty_session_writes_an_empty_table() -> None:
     sink = open_sink("parquet", out)
     sink.close()
     assert pq.read_table(io.BytesIO(out.getvalue())).num_rows == 0
+
+
+def test_events_without_arguments_and_hidden_arguments(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An event with no argument to show has no struct column (Parquet holds no empty struct);
+    arguments probescope fetched for itself (__ps_*) are left out as every sink leaves them."""
+    bare = EventType("u", "bare", ProbeKind.URETPROBE)
+    hidden = EventType(
+        "u",
+        "entry",
+        ProbeKind.UPROBE,
+        ("size", "__ps_ret"),
+        (ArgType("u64", "u64", 8, False), ArgType("x64", "x64", 8, False)),
+    )
+    only_hidden = EventType(
+        "u", "alone", ProbeKind.UPROBE, ("__ps_ret",), (ArgType("x64", "x64", 8, False),)
+    )
+    events = [
+        Event(1, 0, 1, 1, "p", bare, ip=1, ret_ip=2),
+        Event(2, 0, 1, 1, "p", hidden, ip=1, args=(7, 0x4000)),
+        Event(3, 0, 1, 1, "p", only_hidden, ip=1, args=(0x4000,)),
+    ]
+    path = tmp_path / "t.parquet"
+    with open(path, "wb") as stream:
+        sink = open_sink("parquet", stream)
+        sink.write_batch(EventBatch(events))
+        sink.close()
+    schema = {f.name: str(f.type) for f in pq.read_table(path).schema}
+    assert [name for name in schema if name.startswith("args_")] == ["args_entry"]
+    assert schema["args_entry"] == "struct<size: uint64>"
+    assert duckdb.sql(f"select event, args_entry.size from '{path}' order by ts").fetchall() == [
+        ("bare", None),
+        ("entry", 7),
+        ("alone", None),
+    ]
