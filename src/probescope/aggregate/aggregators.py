@@ -21,7 +21,7 @@ from probescope.aggregate.symbolize import Symbolizer
 from probescope.aggregate.unwind import unwind_dwarf, walk_frame_pointers
 from probescope.aggregate.values import Count, Histogram, Scale
 from probescope.errors import ProbescopeError
-from probescope.events import Event, EventBatch, EventType
+from probescope.events import HIDDEN_PREFIX, Event, EventBatch, EventType
 
 USER_STACK_RECORD = "user_stack"
 KERNEL_STACK_RECORD = "kernel_stack"
@@ -213,8 +213,10 @@ class EventAggregator:
             names = event_type.arg_names
             if self.of not in names:
 
+                shown = self.of.removeprefix(HIDDEN_PREFIX)  # __ps_retval: the return value
+
                 def skip(event: Event) -> None:
-                    self.result.count(f"events without argument {self.of}")
+                    self.result.count(f"events without argument {shown}")
 
                 record = skip
             else:

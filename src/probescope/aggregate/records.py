@@ -27,7 +27,7 @@ from probescope.aggregate.keys import STACK_FIELDS, KeyPlan, probe_label
 from probescope.aggregate.maps import AggregateMap, Aggregation, Key
 from probescope.aggregate.values import LOG2, Count, Histogram, Scale, Value
 from probescope.errors import RingBufferFormatError
-from probescope.events import EventType
+from probescope.events import HIDDEN_PREFIX, EventType
 from probescope.traceevent.format import EventFormat
 from probescope.traceevent.ringbuffer import SubBufferLayout, compile_reader, read_header
 
@@ -406,7 +406,8 @@ counts[k] = counts.get(k, 0) + 1
                         found = values[key] = Histogram(self.scale or LOG2)
                     found.add(value, times)
                 else:
-                    result.count(f"events without argument {self.of}", times)
+                    shown = (self.of or "").removeprefix(HIDDEN_PREFIX)
+                    result.count(f"events without argument {shown}", times)
 
     def clear(self) -> None:
         self.counts.clear()

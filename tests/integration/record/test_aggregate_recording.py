@@ -99,10 +99,13 @@ def test_hist_of_a_recording_is_the_live_hist(loop: Path, recording: Path) -> No
         "--linear", "0,3000,1000",
     )  # fmt: skip
     live_linear = probescope(
-        "hist", "-q", f"r:{loop}:func_2 retval=retval:s64", "--of", "retval",
+        "hist", "-q", f"r:{loop}:func_2", "--of", "retval",
         "--linear", "0,3000,1000", "-c", f"{loop} {ROUNDS}",
     )  # fmt: skip
     assert maps(linear.stdout)[1:] == maps(live_linear.stdout)[1:]
+    # entries hold no return value: counted and named as the user named it
+    every = probescope("hist", "--input", str(recording), "func_2*", "--of", "retval")
+    assert f"events without argument retval: {ROUNDS}" in every.stderr
 
 
 def test_latency_of_a_recording_pairs_as_the_live_latency(loop: Path, recording: Path) -> None:
