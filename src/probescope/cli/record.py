@@ -20,7 +20,7 @@ import sys
 from probescope.aggregate.stack_capture import RETURN_ADDRESS, with_arguments
 from probescope.cli import trace
 from probescope.cli._console import console as make_console
-from probescope.cli.session_options import command_argv, engine_options
+from probescope.cli.session_options import check_output_path, command_argv, engine_options
 from probescope.engines.registry import BY_NAME, availability
 from probescope.engines.tracefs.instance_files import read_kallsyms_text
 from probescope.errors import RecordingError
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     kernel = RunningKernel.read()
     if args.dry_run:
         return trace.run(args)
+    check_output_path(args.output)
     engine = args.engine
     session = Session(
         args.specs,

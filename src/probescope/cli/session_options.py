@@ -5,6 +5,7 @@ aggregation commands share them without importing what only `trace` prints with.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import shlex
@@ -121,6 +122,24 @@ def command_argv(text: str | None) -> list[str] | None:
     if not argv:
         raise ProbescopeError("the command (-c) is empty", hint="e.g. -c './prog arg'")
     return argv
+
+
+def check_output_path(path: str) -> None:
+    """A file written at the end (a recording) checked before anything is attached: its
+    directory exists and takes new files, and the path is not a directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ProbescopeError(f"cannot write the output file {path!r}: it is a directory")
+    if not os.path.isdir(directory):
+        raise ProbescopeError(
+            f"cannot write the output file {path!r}: No such file or directory",
+            hint="its directory does not exist: create it first",
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ProbescopeError(
+            f"cannot write the output file {path!r}: {os.strerror(errno.EACCES)}",
+            hint=f"choose a directory you may write to (not {directory})",
+        )
 
 
 def open_output(path: str, *, binary: bool = False) -> IO[Any]:

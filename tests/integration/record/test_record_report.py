@@ -266,6 +266,22 @@ def test_what_is_not_a_recording_is_refused_without_a_traceback(tmp_path: Path) 
     assert "not a trace.dat file" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_anything_runs(
+    loop: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    for output, message in (
+        (tmp_path / "missing" / "x.dat", "its directory does not exist"),
+        (tmp_path, "it is a directory"),
+    ):
+        result = probescope(
+            "record", "-o", str(output), "-c", f"touch {marker}", f"{loop}:func_1", check=False
+        )
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr
+        assert not marker.exists()  # the command never started
+
+
 def report_both(path: Path, *args: str) -> str:
     """`probescope report` through the compiled loop and through pure Python: the same bytes
     (the compiled run is checked to be one in tests/unit/record/test_report_accelerator.py)."""
