@@ -15,8 +15,10 @@ as `__ps_ret` — what `stacks --input` puts back, as the live `--stack-method f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
+from probescope.aggregate.maps_keeper import MapsKeeper
 from probescope.aggregate.stack_capture import RETURN_ADDRESS, with_arguments
 from probescope.cli import trace
 from probescope.cli._console import console as make_console
@@ -71,20 +73,29 @@ def run(args: argparse.Namespace) -> int:
     context = session.kernel_context()
     kinds = {probe.kind for probe in session.probes}
     kallsyms = read_kallsyms_text() if kinds & KINDS_WITH_KALLSYMS else b""
-    session.start()
+    spawned = CommandMaps(session.target.follow_children, args.clock)
+    if args.stack:  # the stacks' addresses need the maps of every moment
+        session.target = dataclasses.replace(session.target, on_spawn=spawned)
+    try:
+        session.start()
+    except BaseException:
+        spawned.stop()
+        raise
     try:
         assert session.engine is not None
         if args.stack:
             refuse_stackless(session.engine.name)
         facts = RecordingFacts(engine=session.engine.name, probes=probe_facts(session.probes))
-        watcher = None
+        watcher = spawned.watcher
         pids = tuple(getattr(session.engine, "pids", ()) or session.target.pids)
-        if pids:
+        if watcher is None and pids:
             watcher = ProcessWatcher(
                 pids, follow_children=session.target.follow_children, clock=args.clock
             )
+        if watcher is not None:
             watcher.sample()
     except BaseException:
+        spawned.stop()
         session.close()
         raise
     raw = session.engine.name == "tracefs" and args.count is None
@@ -115,6 +126,34 @@ def run(args: argparse.Namespace) -> int:
     return summary.exit_status()
 
 
+class CommandMaps:
+    """The `on_spawn` of a command recorded with --stack (tracefs starts it gated): a
+    ProcessWatcher of it, fed by a MapsKeeper with its maps at each exec and exit — a command
+    shorter than the watcher's sampling interval (or a shim that execs the real program) would
+    leave no maps of its libraries in the file otherwise. Where ptrace is refused the watcher
+    samples alone."""
+
+    def __init__(self, follow_children: bool, clock: str) -> None:
+        self.follow_children = follow_children
+        self.clock = clock
+        self.watcher: ProcessWatcher | None = None
+        self.keeper: MapsKeeper | None = None
+
+    def __call__(self, pid: int) -> None:
+        watcher = ProcessWatcher([pid], follow_children=self.follow_children, clock=self.clock)
+        keeper = MapsKeeper(watcher.add_maps_text)
+        if keeper.start(pid):
+            self.keeper = keeper
+            watcher.keep_maps_with(keeper)
+        self.watcher = watcher
+
+    def stop(self) -> None:
+        """End the keeper when the recording is abandoned (final() ends it otherwise)."""
+        if self.keeper is not None:
+            self.keeper.stop()
+            self.keeper = None
+
+
 def recording_engine(session: Session, kernel: RunningKernel) -> str:
     """The engine `auto` records with: tracefs when it runs here and takes every probe (its
     sub-buffers are written undecoded), else what `auto` picks for tracing."""
@@ -131,8 +170,7 @@ def refuse_stackless(engine: str) -> None:
     if engine not in ("tracefs", "auto"):
         raise RecordingError(
             f"the {engine} engine records no stacks (--stack)",
-            hint="the tracefs engine records them (the kernel's userstacktrace): "
-            "--engine tracefs",
+            hint="the tracefs engine records them (the kernel's userstacktrace): --engine tracefs",
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,6 +32,9 @@ class Target:
     command: tuple[str, ...] | None = None
     pids: tuple[int, ...] = ()
     follow_children: bool = True
+    # called with the command's pid while it is held before its exec (engines that start it
+    # through a gate: tracefs, bpf), e.g. to seize it for its maps at exec and exit
+    on_spawn: Callable[[int], None] | None = field(default=None, compare=False)
 
     @property
     def system_wide(self) -> bool:

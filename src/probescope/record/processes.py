@@ -7,14 +7,16 @@ no binaries."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 
+from probescope.aggregate.maps_keeper import MapsKeeper
 from probescope.errors import ProbescopeError
 from probescope.record.facts import MappedFile, ProcessMaps
 from probescope.symbols.maps import mapped_file
 from probescope.symbols.table import SymbolTable
-from probescope.system.maps import Mapping, read_maps
+from probescope.system.maps import Mapping, parse_maps, read_maps
 from probescope.system.procfs import descendant_processes, read_comm, thread_ids
 
 CLOCKS: dict[str, int] = {"mono": time.CLOCK_MONOTONIC, "boot": time.CLOCK_BOOTTIME}
@@ -54,6 +56,8 @@ class ProcessWatcher:
         self._last_maps: dict[int, tuple[tuple[int, int, int, str], ...]] = {}
         self._open_paths: dict[str, str] = {}
         self._sampled_at = 0.0
+        self._keeper: MapsKeeper | None = None
+        self._lock = threading.Lock()  # the keeper's reader thread adds maps too
 
     def add(self, pid: int) -> None:
         if pid not in self.roots:
@@ -66,6 +70,9 @@ class ProcessWatcher:
             self.sample()
 
     def final(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
         self.sample()
 
     def sample(self) -> None:
@@ -85,13 +92,33 @@ class ProcessWatcher:
                 self.comms[tid] = read_comm(tid)
                 self.tgids[tid] = pid
         stamp = self.now()
-        mappings = read_maps(pid)
+        with self._lock:
+            self._add_maps(pid, stamp, comm, read_maps(pid))
+
+    def add_maps_text(self, pid: int, text: str) -> None:
+        """Maps another process copied (the maps keeper, as a process exec'd or exited: a
+        short command is gone before the next sample, and with it its maps)."""
+        stamp = self.now()
+        with self._lock:
+            comm = self.comms.get(pid)
+            if comm is None:
+                with contextlib.suppress(ProbescopeError, OSError):
+                    comm = self.comms[pid] = read_comm(pid)
+                    self.tgids[pid] = pid
+            self._add_maps(pid, stamp, comm or "", parse_maps(text))
+
+    def keep_maps_with(self, keeper: MapsKeeper) -> None:
+        """Let `keeper` feed maps until `final()`, which ends it first (its last copies, at the
+        traced processes' exits, are read before the file is written)."""
+        self._keeper = keeper
+
+    def _add_maps(self, pid: int, stamp: int, comm: str, mappings: list[Mapping]) -> None:
         executable = tuple(
             (m.start, m.end, m.offset, m.path)
             for m in mappings
             if m.executable and m.path is not None
         )
-        if self._last_maps.get(pid) != executable:
+        if executable and self._last_maps.get(pid) != executable:
             self._last_maps[pid] = executable
             self.maps.append(ProcessMaps(pid, stamp, comm, executable))
             for mapping in mappings:
@@ -101,7 +128,10 @@ class ProcessWatcher:
     def _remember_path(self, pid: int, mapping: Mapping) -> None:
         assert mapping.path is not None
         with contextlib.suppress(ProbescopeError, OSError):
-            opened = mapped_file(pid, mapping)
+            try:
+                opened = mapped_file(pid, mapping)
+            except ProbescopeError:  # the process is gone: its path, if it is the same file
+                opened = mapped_file(pid, mapping, root="")
             if opened:
                 self._open_paths[mapping.path] = opened
 
@@ -118,7 +148,8 @@ class ProcessWatcher:
             functions: tuple[tuple[int, int, str], ...] = ()
             if with_functions:
                 functions = tuple(
-                    (f.offset, f.size, table.demangled_name(f)) for f in table.functions
+                    (f.offset, f.size, f.name)
+                    for f in table.functions  # as live stacks name them
                 )
             described.append(MappedFile(path, table.build_id, functions))
         return described

@@ -262,3 +262,31 @@ def test_user_stacks_of_a_file_trace_cmd_wrote(program: Path, tmp_path: Path) ->
     stacks = stacks_file(tmp_path, "--input", str(out))
     assert sum(stacks.values()) == hits
     assert stacks == reported
+
+
+SHORT = r"""
+#include <stdlib.h>
+void *volatile kept;
+int main(void)
+{
+    for (int i = 0; i < 5; i++)
+        kept = malloc(100 + i);  /* kept: the compiler may not drop the call */
+    return 0;
+}
+"""
+
+
+def test_a_command_shorter_than_the_sampling_keeps_its_libraries_maps(tmp_path: Path) -> None:
+    """The maps of a command that ends in a millisecond (libc mapped by ld.so after its exec)
+    are copied at its exit, so its libc frames are named like the program's."""
+    from support.build import compile_program
+
+    short = compile_program(SHORT, "short_malloc", ("-O1", "-g", "-fno-omit-frame-pointer"))
+    out = tmp_path / "short.dat"
+    probescope("record", "-q", "--stack", "-o", str(out), "-c", str(short), "c:malloc")
+    text = probescope("stacks", "-q", "--input", str(out), "-f", "json").stdout
+    document = json.loads(text.splitlines()[0])
+    stacks = {tuple(key.split()): n for key, n in document["data"]["@stacks"].items()}
+    ours = {frames: n for frames, n in stacks.items() if "main+" in " ".join(frames)}
+    assert sum(ours.values()) == 5, stacks
+    assert all(frames[0] == "malloc" for frames in ours), ours

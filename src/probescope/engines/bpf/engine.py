@@ -233,6 +233,8 @@ class BpfEngine:
         if target.command:
             self._command = GatedCommand(target.command)
             self._pids = (self._command.start(),)
+            if target.on_spawn is not None:
+                target.on_spawn(self._pids[0])
         else:
             self._pids = tuple(target.pids)
         if self._stream is not None:

@@ -231,6 +231,8 @@ class TracefsEngine:
             if target.command:
                 self._command = GatedCommand(target.command)
                 pids = [self._command.start()]
+                if target.on_spawn is not None:
+                    target.on_spawn(pids[0])
             self._pids = tuple(pids)
             self._watch_targets(pids)
             if pids:
