@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from integration.tracefs_engine.conftest import target
+from support.build import compile_program
 from support.tracefs import (
     skip_reason,
     trace_cmd_recording,
@@ -279,8 +280,6 @@ int main(void)
 def test_a_command_shorter_than_the_sampling_keeps_its_libraries_maps(tmp_path: Path) -> None:
     """The maps of a command that ends in a millisecond (libc mapped by ld.so after its exec)
     are copied at its exit, so its libc frames are named like the program's."""
-    from support.build import compile_program
-
     short = compile_program(SHORT, "short_malloc", ("-O1", "-g", "-fno-omit-frame-pointer"))
     out = tmp_path / "short.dat"
     probescope("record", "-q", "--stack", "-o", str(out), "-c", str(short), "c:malloc")
