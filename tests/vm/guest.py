@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from vm.guest_errors import GuestBootError, GuestError, GuestTimeout, GuestUnavailable
+from vm.guest_errors import (
+    GuestBootError,
+    GuestError,
+    GuestKernelHang,
+    GuestTimeout,
+    GuestUnavailable,
+)
 from vm.guest_pytest import GuestPytestRun, run_pytest
 from vm.initramfs import build_initramfs
 from vm.kernel_package import KernelImage, cache_dir, fetch_busybox, fetch_kernel
@@ -37,6 +43,10 @@ SCRATCH_PREFIX = "probescope-vm-"
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _KVM_FAILURE = re.compile(r"KVM internal error|Could not access KVM|failed to initialize kvm", re.I)
 _POLL = 0.01
+LOCKUP_SECONDS = 120
+"""A CPU the guest's watchdog reports stuck this long: the guest kernel hung."""
+_LOCKUP_CHECK_SECONDS = 5.0
+_SOFT_LOCKUP = re.compile(r"BUG: soft lockup - CPU#\d+ stuck for (?P<seconds>\d+)s! \[[^\]]*\]")
 # A KVM guest is ready in a few seconds; one that is not by then has hung (nested KVM does).
 _KVM_BOOT_TIMEOUT = 30.0
 # The serial console lags the results share a little; how long to wait for it to catch up.
@@ -458,6 +468,7 @@ class _Boot:
 
     def wait_for(self, number: int, deadline: float) -> int:
         rc = self.share / "out" / f"{number}.rc"
+        looked = time.monotonic()
         while True:
             if rc.exists():
                 return int(rc.read_text())
@@ -466,7 +477,23 @@ class _Boot:
                 raise GuestError(self._report(f"the guest died during command {number}: {failure}"))
             if time.monotonic() > deadline:
                 raise GuestTimeout(f"command {number} timed out")
+            if time.monotonic() - looked > _LOCKUP_CHECK_SECONDS:
+                looked = time.monotonic()
+                stuck = self.lockup()
+                if stuck:
+                    raise GuestKernelHang(
+                        self._report(f"the guest kernel locked up during command {number}: {stuck}")
+                    )
             time.sleep(_POLL)
+
+    def lockup(self) -> str:
+        """The kernel watchdog's report of a CPU stuck for longer than LOCKUP_SECONDS ("" if
+        none): a soft lockup that long under TCG is a hang (a lost IPI: the kernel waits on a
+        CPU that never answers), not slowness."""
+        for match in _SOFT_LOCKUP.finditer(self._read(self.console)):
+            if int(match["seconds"]) >= LOCKUP_SECONDS:
+                return match[0]
+        return ""
 
     def outputs(self, number: int) -> tuple[str, str]:
         out = self.share / "out"

@@ -19,3 +19,9 @@ class GuestBootError(GuestError):
 
 class GuestTimeout(GuestError):
     """A command ran longer than its timeout; the guest has been killed."""
+
+
+class GuestKernelHang(GuestError):
+    """The guest kernel itself locked up (its watchdog reported a CPU stuck for minutes); the
+    guest has been killed. Not something a user-space test can cause: a caller may retry once
+    on a fresh guest."""

@@ -9,12 +9,17 @@ from __future__ import annotations
 import pytest
 
 from vm.guest import GuestKernel
+from vm.guest_errors import GuestKernelHang
 
 pytestmark = pytest.mark.vm
 
 
 def run_in_guest(guest: GuestKernel, paths: list[str], *, allow_skips: bool = False) -> None:
-    run = guest.run_pytest([*paths, "-q"], timeout=1800)
+    try:
+        run = guest.run_pytest([*paths, "-q"], timeout=900)
+    except GuestKernelHang as hang:  # the guest kernel's own lockup (TCG): once more, fresh
+        print(f"\nthe guest kernel hung; running {paths} again on a fresh guest:\n{hang}")
+        run = guest.run_pytest([*paths, "-q"], timeout=900)
     assert run.cases, run.report()
     failed = {k: v for k, v in run.outcomes().items() if v in ("failed", "error")}
     assert not failed, f"{failed}\n{run.report()}"

@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 
 from support.build import CACHE as BUILD_CACHE
-from vm.guest import SCRATCH_PREFIX, GuestKernel, qemu_processes, reap_stale_scratch
-from vm.guest_errors import GuestBootError, GuestTimeout
+from vm.guest import (
+    LOCKUP_SECONDS,
+    SCRATCH_PREFIX,
+    GuestKernel,
+    qemu_processes,
+    reap_stale_scratch,
+)
+from vm.guest_errors import GuestBootError, GuestKernelHang, GuestTimeout
 
 pytestmark = pytest.mark.vm
 
@@ -262,6 +268,14 @@ def test_timeout_kills_the_guest_and_the_next_command_boots_a_new_one(
     assert_gone(pid, scratch)
     assert guest.run("echo again").stdout == "again\n"
     assert guest.boots == 2 and guest.qemu_pid != pid
+    # the guest kernel's watchdog reporting a CPU stuck for minutes ends the command at once
+    pid, scratch = guest.qemu_pid, guest.scratch
+    started = time.monotonic()
+    lockup = f"BUG: soft lockup - CPU#1 stuck for {LOCKUP_SECONDS + 1}s! [python:124]"
+    with pytest.raises(GuestKernelHang, match="locked up during command"):
+        guest.run(f"echo '<2>watchdog: {lockup}' > /dev/kmsg; sleep 600", timeout=300)
+    assert time.monotonic() - started < 60
+    assert_gone(pid, scratch)
     guest.close()
 
 
