@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from probescope.errors import ExecError, ProbescopeError
 
@@ -77,7 +77,9 @@ class GatedCommand:
         self._gate_w: int | None = None
         self._error_r: int | None = None
 
-    def start(self) -> int:
+    def start(self, on_spawn: Callable[[int], None] | None = None) -> int:
+        """Fork the held child; `on_spawn(pid)` runs before anything else may (a child it
+        fails on is aborted)."""
         program = self.argv[0]
         check_command(self.argv)
         gate_r, gate_w = os.pipe()
@@ -106,6 +108,12 @@ class GatedCommand:
         self.pid = pid
         self._gate_w = gate_w
         self._error_r = error_r
+        if on_spawn is not None:
+            try:
+                on_spawn(pid)
+            except BaseException:
+                self.abort()
+                raise
         return pid
 
     def release(self) -> None:

@@ -232,9 +232,7 @@ class BpfEngine:
         the pids given; the event stream watches them end."""
         if target.command:
             self._command = GatedCommand(target.command)
-            self._pids = (self._command.start(),)
-            if target.on_spawn is not None:
-                target.on_spawn(self._pids[0])
+            self._pids = (self._command.start(target.on_spawn),)
         else:
             self._pids = tuple(target.pids)
         if self._stream is not None:

@@ -230,9 +230,7 @@ class TracefsEngine:
             pids = list(target.pids)
             if target.command:
                 self._command = GatedCommand(target.command)
-                pids = [self._command.start()]
-                if target.on_spawn is not None:
-                    target.on_spawn(pids[0])
+                pids = [self._command.start(target.on_spawn)]
             self._pids = tuple(pids)
             self._watch_targets(pids)
             if pids:
