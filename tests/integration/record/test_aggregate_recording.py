@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from support.cli import probescope
 from support.tracefs import (
     skip_reason,
     trace_cmd_recording,
@@ -28,19 +28,6 @@ pytestmark = [
 ]
 TRACE_CMD = shutil.which("trace-cmd")
 ROUNDS = 30
-
-
-def probescope(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "probescope", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        errors="surrogateescape",
-    )
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
 
 
 def entry(loop: Path) -> str:

@@ -23,6 +23,7 @@ import pytest
 
 from integration.tracefs_engine.conftest import target
 from probescope.traceevent.accel import DISABLE_VARIABLE
+from support.cli import probescope
 from support.tracefs import (
     skip_reason,
     trace_cmd_recording,
@@ -46,17 +47,6 @@ THEIRS = re.compile(
 PROBE_HEAD = re.compile(
     r"^\((?P<a>(?:0x)?[0-9a-f]+)(?: <- (?P<b>(?:0x)?[0-9a-f]+))?\)(?P<rest>.*)$"
 )
-
-
-def probescope(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "probescope", *args],
-        capture_output=True,
-        text=True,
-        check=check,
-        timeout=120,
-        errors="surrogateescape",
-    )
 
 
 def specs(loop: Path) -> list[str]:

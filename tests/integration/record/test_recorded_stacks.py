@@ -14,13 +14,13 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from integration.tracefs_engine.conftest import target
 from support.build import compile_program
+from support.cli import probescope
 from support.tracefs import (
     skip_reason,
     trace_cmd_recording,
@@ -40,19 +40,6 @@ PER_BURST = {  # the program's call paths to leaf, root first, and their calls p
     "main;path_b;path_a;leaf": 2,
     "main;path_c;leaf": 1,
 }
-
-
-def probescope(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "probescope", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if check:
-        assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    return result
 
 
 @pytest.fixture(scope="module")
