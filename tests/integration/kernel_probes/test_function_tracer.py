@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from probescope.errors import SpecError
 from probescope.language.model import ProbeKind
 from probescope.session import Session
 from probescope.sinks.base import open_sink
+from support.cli import probescope
 from support.witness import record_both, same_but_time
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("function_tracer")]
@@ -110,3 +112,30 @@ def test_stack_traces_print_like_the_kernel(opened_file: Path) -> None:
     assert any(line.endswith("<stack trace>") for line in ours)
     assert any(line.startswith(" => ") for line in ours)
     assert same_but_time(ours) == same_but_time(expected)
+
+
+def test_kernel_stacks_of_a_recording(opened_file: Path, tmp_path: Path) -> None:
+    """`record --stack` keeps the kernel stack after every function event; `stacks --input`
+    names its frames from the recording's kallsyms, one stack per event, and `count --by
+    kstack` agrees."""
+    out = tmp_path / "kstacks.dat"
+    probescope("record", "-q", "--stack", "-o", str(out), "-c", f"cat {opened_file}", "f:vfs_read")
+    reads = probescope("count", "-q", "--input", str(out)).stdout  # ftrace's `function` events
+    (hits,) = (int(n) for n in re.findall(r"@count\[function\]: (\d+)", reads))
+    assert hits > 0
+    document = json.loads(
+        probescope(
+            "stacks", "-q", "--input", str(out), "--by", "kstack", "-f", "json"
+        ).stdout.splitlines()[0]
+    )
+    stacks = {tuple(key.split()): n for key, n in document["data"]["@stacks"].items()}
+    assert sum(stacks.values()) == hits
+    for frames in stacks:
+        # the top frame may be ftrace's trampoline (not in kallsyms: the kernel prints its
+        # address too); below it, named kernel functions down to the system call entry
+        assert any(frame.startswith("vfs_read+") for frame in frames[:2]), frames
+        assert any(frame.startswith("do_syscall_64+") for frame in frames), frames
+        assert not any(frame.startswith("0x") for frame in frames[1:]), frames
+    counted = probescope("count", "-q", "--input", str(out), "--by", "kstack", "-f", "json")
+    by_key = json.loads(counted.stdout.splitlines()[0])["data"]["@count"]
+    assert sorted(by_key.values()) == sorted(stacks.values())
