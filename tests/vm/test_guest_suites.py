@@ -9,17 +9,21 @@ from __future__ import annotations
 import pytest
 
 from vm.guest import GuestKernel
-from vm.guest_errors import GuestKernelHang
+from vm.guest_errors import GuestKernelHang, GuestTimeout
 
 pytestmark = pytest.mark.vm
+SUITE_TIMEOUT = 480
+"""Seconds for one guest suite: the longest (tracefs) takes ~150-200 s under TCG."""
 
 
 def run_in_guest(guest: GuestKernel, paths: list[str], *, allow_skips: bool = False) -> None:
     try:
-        run = guest.run_pytest([*paths, "-q"], timeout=900)
-    except GuestKernelHang as hang:  # the guest kernel's own lockup (TCG): once more, fresh
-        print(f"\nthe guest kernel hung; running {paths} again on a fresh guest:\n{hang}")
-        run = guest.run_pytest([*paths, "-q"], timeout=900)
+        run = guest.run_pytest([*paths, "-q"], timeout=SUITE_TIMEOUT)
+    except (GuestKernelHang, GuestTimeout) as hang:
+        # The 6.1 guest under TCG hangs now and then (a soft lockup in text_poke_bp's IPI was
+        # caught once; a suite of ~150 s has also sat for 15 minutes): once more, fresh.
+        print(f"\nthe guest hung; running {paths} again on a fresh guest:\n{hang}")
+        run = guest.run_pytest([*paths, "-q"], timeout=SUITE_TIMEOUT)
     assert run.cases, run.report()
     failed = {k: v for k, v in run.outcomes().items() if v in ("failed", "error")}
     assert not failed, f"{failed}\n{run.report()}"
